@@ -1,0 +1,65 @@
+package backend
+
+import (
+	"context"
+	"errors"
+
+	"github.com/celeriac/celeriac/protocol"
+)
+
+// ErrNotFound: no state is stored for the task id (Celery's PENDING).
+var ErrNotFound = errors.New("backend: result not found")
+
+// ErrClosed: the backend was closed.
+var ErrClosed = errors.New("backend: closed")
+
+// StoreRequest is one state update.
+type StoreRequest struct {
+	Meta *protocol.ResultMeta
+	// ReplyTo and CorrelationID come from the task message; the RPC backend
+	// replies to that queue with that correlation id.
+	ReplyTo       string
+	CorrelationID string
+}
+
+// Backend stores task states. Implementations are safe for concurrent use.
+type Backend interface {
+	// Store writes a state. A stored SUCCESS is never overwritten: Store
+	// returns nil without writing when the task already succeeded.
+	Store(ctx context.Context, r StoreRequest) error
+	// Get reads the stored state, or returns ErrNotFound.
+	Get(ctx context.Context, taskID string) (*protocol.ResultMeta, error)
+	// Close releases connections; later calls return ErrClosed.
+	Close() error
+}
+
+// ChordPart is the outcome of one header task of a chord.
+type ChordPart struct {
+	GroupID string
+	// GroupIndex orders the results; nil for unordered (appended) parts.
+	GroupIndex *int
+	TaskID     string
+	State      protocol.State
+	// Result is the return value, or the exception for FAILURE/REVOKED.
+	Result any
+}
+
+// ChordResult is what the call that completes a chord receives.
+type ChordResult struct {
+	// Ready is true for exactly one header task: the one that completed the
+	// chord. The others get Ready false.
+	Ready bool
+	// Results are the header results in group_index order (when Ready).
+	Results []ChordPart
+}
+
+// Chords is implemented by backends that count chord parts natively, as
+// Celery's Redis backend does (celery-taskset-meta-<gid>.j/.t/.s).
+type Chords interface {
+	// ChordPartReturn records one header task's outcome and reports whether
+	// that completed the chord.
+	ChordPartReturn(ctx context.Context, p ChordPart) (ChordResult, error)
+	// SetChordSize records how many header tasks a chord has (the client
+	// does this before publishing the last header task).
+	SetChordSize(ctx context.Context, groupID string, size int) error
+}

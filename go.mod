@@ -1,0 +1,3 @@
+module github.com/celeriac/celeriac
+
+go 1.25.0
