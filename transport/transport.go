@@ -223,3 +223,40 @@ type Admin interface {
 	// Purge deletes the ready messages of a queue and returns how many.
 	Purge(ctx context.Context, queue string) (int, error)
 }
+
+// DeadLetterStore is implemented by transports that keep dead-lettered
+// messages themselves (Redis, where kombu has no dead-lettering, and the
+// in-memory transport). On RabbitMQ the queue's dead-letter exchange keeps
+// them; the amqp adapter implements this interface over the dead-letter queue.
+type DeadLetterStore interface {
+	// DeadLetters lists up to limit dead messages of a queue, oldest first,
+	// without removing them. limit <= 0 means all.
+	DeadLetters(ctx context.Context, queue string, limit int) ([]DeadMessage, error)
+	// Replay moves dead messages back to the queue they came from (all of the
+	// queue's when ids is empty) and returns how many moved. A message is
+	// removed from the dead letters only after it is safely back in its
+	// queue, so a replay that fails halfway loses nothing.
+	Replay(ctx context.Context, queue string, ids []string, opts ReplayOptions) (int, error)
+	// PurgeDead deletes dead messages (all of the queue's when ids is empty)
+	// and returns how many.
+	PurgeDead(ctx context.Context, queue string, ids []string) (int, error)
+}
+
+// DeadMessage is one dead-lettered message.
+type DeadMessage struct {
+	// ID identifies the dead message within its store (the delivery tag on
+	// Redis).
+	ID         string
+	Queue      string
+	Exchange   string
+	RoutingKey string
+	Message    protocol.Message
+	Reason     DeadLetterReason
+}
+
+// ReplayOptions tune Replay.
+type ReplayOptions struct {
+	// ResetRetries sets the task's retries header back to 0, so the task gets
+	// its full retry budget again. Otherwise the count is kept.
+	ResetRetries bool
+}
