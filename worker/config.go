@@ -1,0 +1,229 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/celeriac/celeriac/backend"
+	"github.com/celeriac/celeriac/retry"
+	"github.com/celeriac/celeriac/transport"
+)
+
+// Config is a worker's configuration. Field names follow Celery's settings
+// (worker_concurrency, worker_prefetch_multiplier, task_acks_late, ...). The
+// zero value of each field means the default documented on it.
+type Config struct {
+	// Queues to consume (Celery's -Q), in priority order when QueueOrder is
+	// Strict or Weighted. Default: ["celery"].
+	Queues []string
+	// QueueArguments are declaration arguments per queue name (x-max-priority,
+	// x-dead-letter-exchange, x-queue-type), or for every queue under key "*".
+	QueueArguments map[string]map[string]any
+
+	// Concurrency is how many tasks run at once (worker_concurrency).
+	// Default: the number of CPUs, as Celery.
+	Concurrency int
+	// PrefetchMultiplier: the transport hands out at most
+	// Concurrency*PrefetchMultiplier unsettled messages
+	// (worker_prefetch_multiplier). Default 4; negative means unlimited.
+	PrefetchMultiplier int
+	// ETATaskLimit bounds how many countdown/ETA tasks are held in memory
+	// (Celery 5.6's worker_eta_task_limit). Each held task raises the prefetch
+	// by one, up to this many; beyond it held tasks occupy prefetch slots, so a
+	// flood of future tasks slows fetching instead of exhausting memory.
+	// Default 10 000; negative means unlimited.
+	ETATaskLimit int
+
+	// Hostname is the node name (Celery's -n), with %h (host), %n (host name
+	// part) and %d (domain) expanded. Default "celery@%h".
+	Hostname string
+
+	// Backend stores task states and results; nil stores nothing (as
+	// ignore_result for every task).
+	Backend backend.Backend
+	// ResultExtended writes name, args, kwargs, worker, retries and queue into
+	// result documents (result_extended).
+	ResultExtended bool
+	// TrackStarted stores STARTED when a task starts (task_track_started).
+	TrackStarted bool
+	// IgnoreResult stores nothing on success (task_ignore_result); failures
+	// are still stored when StoreErrorsEvenIfIgnored is set.
+	IgnoreResult             bool
+	StoreErrorsEvenIfIgnored bool
+
+	// AcksLate acknowledges after the task ran instead of when it starts
+	// (task_acks_late). With AcksLate a crash means redelivery.
+	AcksLate bool
+	// DeadLetterOnFailure dead-letters the message of a task that failed for
+	// good (retries exhausted, a permanent error, a hard time limit) instead
+	// of acknowledging it: basic.reject without requeue on RabbitMQ, so the
+	// queue's dead-letter exchange catches it; the dead-letter list on Redis.
+	// Default true. Bool(false) is Celery's behaviour
+	// (task_acks_on_failure_or_timeout=True: plain ack). It applies to
+	// messages still held when the task fails, that is acks_late tasks; an
+	// early-acked message is gone once its task starts, as in Celery.
+	DeadLetterOnFailure *bool
+
+	// Retry is the default retry policy of tasks registered without one.
+	// The zero Policy is Celery's default: explicit retries (retry.After,
+	// ...) are honoured with max_retries 3; other errors fail at once.
+	Retry retry.Policy
+
+	// TimeLimit and SoftTimeLimit are the default per-task limits
+	// (task_time_limit, task_soft_time_limit); zero means none. The message's
+	// timelimit header and task options override them.
+	TimeLimit     time.Duration
+	SoftTimeLimit time.Duration
+
+	// ShutdownTimeout bounds the wait for running tasks at a warm shutdown;
+	// after it their contexts are cancelled and unsettled messages go back to
+	// the broker. Default 30 s.
+	ShutdownTimeout time.Duration
+
+	// Accept lists accepted content types (accept_content). Default JSON and
+	// msgpack. Pickle is always refused.
+	Accept []string
+	// MaxMessageSize bounds a message body in bytes (default 64 MiB) and
+	// MaxNestingDepth its nesting (default 256). Bigger or deeper messages are
+	// dead-lettered with the reason.
+	MaxMessageSize  int
+	MaxNestingDepth int
+
+	// Routes maps task names to queues for tasks the worker publishes (chain
+	// steps, callbacks) without an explicit queue, like Celery's task_routes.
+	// Default: DefaultQueue.
+	Routes map[string]string
+	// DefaultQueue is task_default_queue. Default "celery".
+	DefaultQueue string
+
+	// Logger receives the worker's logs; nil means no logging.
+	Logger *zap.Logger
+	// BaseContext returns the context handlers' contexts derive from. It is
+	// never cancelled by shutdown (see ShutdownTimeout). Default:
+	// context.Background.
+	BaseContext func() context.Context
+}
+
+const (
+	defaultQueue           = "celery"
+	defaultPrefetchMult    = 4
+	defaultETATaskLimit    = 10000
+	defaultShutdownTimeout = 30 * time.Second
+)
+
+// withDefaults returns a copy of c with defaults applied.
+func (c Config) withDefaults() Config {
+	if c.DefaultQueue == "" {
+		c.DefaultQueue = defaultQueue
+	}
+	if len(c.Queues) == 0 {
+		c.Queues = []string{c.DefaultQueue}
+	} else {
+		c.Queues = append([]string(nil), c.Queues...)
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = runtime.NumCPU()
+	}
+	if c.PrefetchMultiplier == 0 {
+		c.PrefetchMultiplier = defaultPrefetchMult
+	}
+	if c.ETATaskLimit == 0 {
+		c.ETATaskLimit = defaultETATaskLimit
+	}
+	if c.Hostname == "" {
+		c.Hostname = "celery@%h"
+	}
+	c.Hostname = ExpandHostname(c.Hostname)
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = defaultShutdownTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.BaseContext == nil {
+		c.BaseContext = context.Background
+	}
+	return c
+}
+
+// Validate reports configuration errors.
+func (c Config) Validate() error {
+	var errs []error
+	for _, q := range c.Queues {
+		if q == "" {
+			errs = append(errs, errors.New("worker: empty queue name"))
+		}
+	}
+	if c.TimeLimit < 0 || c.SoftTimeLimit < 0 {
+		errs = append(errs, errors.New("worker: negative time limit"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) prefetch() int {
+	if c.PrefetchMultiplier < 0 {
+		return 0
+	}
+	n := c.Concurrency * c.PrefetchMultiplier
+	if n > 65535 {
+		return 0 // as Celery: above the AMQP field's range means unlimited
+	}
+	return n
+}
+
+func (c Config) queues() []transport.Queue {
+	qs := make([]transport.Queue, 0, len(c.Queues))
+	for _, name := range c.Queues {
+		qs = append(qs, c.queue(name))
+	}
+	return qs
+}
+
+func (c Config) queue(name string) transport.Queue {
+	q := transport.Queue{Name: name}
+	args := map[string]any{}
+	for k, v := range c.QueueArguments["*"] {
+		args[k] = v
+	}
+	for k, v := range c.QueueArguments[name] {
+		args[k] = v
+	}
+	if len(args) > 0 {
+		q.Arguments = args
+	}
+	return q
+}
+
+func (c Config) deadLetterOnFailure() bool {
+	return c.DeadLetterOnFailure == nil || *c.DeadLetterOnFailure
+}
+
+// ExpandHostname expands Celery's node-name keys: %h (full host name), %n
+// (the part before the first dot) and %d (the domain, after it). %% is a
+// percent sign.
+func ExpandHostname(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	name, domain, _ := strings.Cut(host, ".")
+	r := strings.NewReplacer("%%", "%", "%h", host, "%n", name, "%d", domain)
+	return r.Replace(s)
+}
+
+// Bool returns a pointer to v, for the optional boolean fields of Config.
+func Bool(v bool) *bool { return &v }
+
+func (c Config) String() string {
+	return fmt.Sprintf("worker{queues=%v concurrency=%d prefetch=%d hostname=%s}", c.Queues, c.Concurrency, c.prefetch(), c.Hostname)
+}

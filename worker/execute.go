@@ -1,0 +1,592 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/celeriac/celeriac/backend"
+	"github.com/celeriac/celeriac/protocol"
+	"github.com/celeriac/celeriac/transport"
+)
+
+// settleTimeout bounds acknowledgements and result writes, which must not
+// hang a slot forever when a broker is gone.
+const settleTimeout = 30 * time.Second
+
+// run describes one execution of a task.
+type run struct {
+	p        *pending
+	t        *Task
+	acksLate bool
+	acked    bool
+	log      *zap.Logger
+}
+
+func deliveryInfo(d *transport.Delivery, m *protocol.TaskMessage) DeliveryInfo {
+	return DeliveryInfo{
+		Queue:       d.Queue,
+		Exchange:    d.Exchange,
+		RoutingKey:  d.RoutingKey,
+		Priority:    m.Priority,
+		Redelivered: d.Redelivered,
+	}
+}
+
+// execute runs one ready task from start to settlement.
+func (w *Worker) execute(p *pending) {
+	m := p.m
+	t := newTask(m, deliveryInfo(p.d, m), w.cfg.Hostname)
+	r := &run{p: p, t: t, log: w.log.With(taskFields(m, p.d)...)}
+	r.acksLate = w.cfg.AcksLate
+	if p.opts.AcksLate != nil {
+		r.acksLate = *p.opts.AcksLate
+	}
+	base := w.cfg.BaseContext()
+	sctx, cancelSettle := context.WithTimeout(context.WithoutCancel(base), settleTimeout)
+	defer cancelSettle()
+
+	if !m.Expires.IsZero() && time.Now().After(m.Expires) {
+		w.revoke(sctx, p.d, m, "expired")
+		return
+	}
+	if !r.acksLate {
+		// Early ack (Celery's default): once the task starts, a crash does
+		// not bring the message back. If the ack fails the broker will
+		// redeliver it, so running it now would run it twice.
+		if err := p.d.Ack(sctx); err != nil {
+			r.log.Warn("early ack failed; not running the task, the broker will redeliver it", zap.Error(err))
+			return
+		}
+		r.acked = true
+	}
+
+	hard, soft := w.limits(m, p.opts)
+	ctx, cancel := context.WithCancelCause(context.WithValue(base, taskKey{}, t))
+	defer cancel(nil)
+	if soft > 0 {
+		var cancelSoft context.CancelFunc
+		ctx, cancelSoft = context.WithTimeoutCause(ctx, soft, ErrSoftTimeLimitExceeded)
+		defer cancelSoft()
+	}
+	w.setActive(t, cancel)
+	defer w.clearActive(t.ID)
+
+	if w.trackStarted(p.opts) {
+		w.store(sctx, r, protocol.StateStarted, map[string]any{"pid": int64(os.Getpid()), "hostname": w.cfg.Hostname}, "", nil)
+	}
+	r.log.Debug("task started")
+	start := time.Now()
+	result, err := w.invoke(ctx, p.h, t, hard)
+	if err != nil && ctx.Err() != nil && context.Cause(ctx) != nil && errors.Is(err, ctx.Err()) {
+		// The handler returned its context's error: report why the context
+		// ended (soft time limit, revoke, shutdown), not "context canceled".
+		err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
+	}
+	w.processed.Add(1)
+	runtime := time.Since(start)
+	w.finish(sctx, r, result, err, runtime)
+}
+
+// limits resolves the hard and soft time limits: the message's timelimit
+// header wins over the task's options, which win over the worker's.
+func (w *Worker) limits(m *protocol.TaskMessage, o TaskOptions) (hard, soft time.Duration) {
+	hard, soft = w.cfg.TimeLimit, w.cfg.SoftTimeLimit
+	if o.TimeLimit > 0 {
+		hard = o.TimeLimit
+	}
+	if o.SoftTimeLimit > 0 {
+		soft = o.SoftTimeLimit
+	}
+	if m.TimeLimit > 0 {
+		hard = m.TimeLimit
+	}
+	if m.SoftTimeLimit > 0 {
+		soft = m.SoftTimeLimit
+	}
+	return hard, soft
+}
+
+// invoke calls the handler, recovering panics. With a hard time limit the
+// handler runs in its own goroutine so that the slot can be reclaimed when
+// the limit passes even if the handler ignores its context; the abandoned
+// goroutine's result is discarded.
+func (w *Worker) invoke(ctx context.Context, h Handler, t *Task, hard time.Duration) (any, error) {
+	if hard <= 0 {
+		return callHandler(ctx, h, t)
+	}
+	type outcome struct {
+		v   any
+		err error
+	}
+	ch := make(chan outcome, 1)
+	go func() {
+		v, err := callHandler(ctx, h, t)
+		ch <- outcome{v, err}
+	}()
+	timer := time.NewTimer(hard)
+	defer timer.Stop()
+	select {
+	case o := <-ch:
+		return o.v, o.err
+	case <-timer.C:
+		if a := w.getActive(t.ID); a != nil {
+			a.cancel(ErrTimeLimitExceeded)
+		}
+		return nil, &timeLimitError{limit: hard.Seconds()}
+	}
+}
+
+func callHandler(ctx context.Context, h Handler, t *Task) (v any, err error) {
+	defer func() {
+		if rec := recover(); rec != nil {
+			v, err = nil, &PanicError{Value: rec, Stack: debug.Stack()}
+		}
+	}()
+	return h.HandleTask(ctx, t)
+}
+
+// finish classifies the outcome and does what Celery does for it.
+func (w *Worker) finish(ctx context.Context, r *run, result any, err error, runtime time.Duration) {
+	var rej *RejectError
+	switch {
+	case err == nil:
+		w.succeed(ctx, r, result, runtime)
+	case errors.Is(err, ErrIgnore):
+		r.log.Info("task ignored")
+		w.settle(ctx, r, settleAck)
+	case errors.As(err, &rej):
+		w.reject(ctx, r, rej)
+	default:
+		d := w.decideRetry(r, err)
+		if d.Retry {
+			w.retryTask(ctx, r, d)
+			return
+		}
+		w.fail(ctx, r, d.Err, failReason(d))
+	}
+}
+
+type settleAction int
+
+const (
+	settleAck settleAction = iota
+	settleDeadLetter
+	settleRequeue
+)
+
+// settle acknowledges, dead-letters or requeues a still-held message. An
+// early-acknowledged message is already settled.
+func (w *Worker) settle(ctx context.Context, r *run, a settleAction, reason ...transport.DeadLetterReason) {
+	if r.acked {
+		return
+	}
+	r.acked = true
+	var err error
+	switch a {
+	case settleAck:
+		err = r.p.d.Ack(ctx)
+	case settleRequeue:
+		err = r.p.d.Reject(ctx, true)
+	case settleDeadLetter:
+		var why transport.DeadLetterReason
+		if len(reason) > 0 {
+			why = reason[0]
+		}
+		err = r.p.d.DeadLetter(ctx, why)
+	}
+	if err != nil {
+		r.log.Error("settling the message failed; the broker may deliver it again", zap.Error(err))
+	}
+}
+
+func (w *Worker) succeed(ctx context.Context, r *run, result any, runtime time.Duration) {
+	m := r.p.m
+	children, err := w.applyCanvasOnSuccess(ctx, r, result)
+	if err != nil {
+		// A lost chain step or callback is worse than a re-run: with
+		// acks_late the message comes back and the task runs again.
+		r.log.Error("publishing callbacks or the next chain step failed", zap.Error(err))
+		if !r.acked {
+			w.settle(ctx, r, settleRequeue)
+			return
+		}
+	}
+	w.succeeded.Add(1)
+	if !w.ignoreResult(r) {
+		w.store(ctx, r, protocol.StateSuccess, result, "", children)
+	}
+	if m.Embed.Chord != nil && m.Group != "" {
+		w.chordPartReturn(ctx, r, protocol.StateSuccess, result)
+	}
+	r.log.Info("task succeeded", zap.Duration("runtime", runtime))
+	w.settle(ctx, r, settleAck)
+}
+
+// applyCanvasOnSuccess publishes link callbacks and the next chain step,
+// as Celery's tracer does, and returns the children ids.
+func (w *Worker) applyCanvasOnSuccess(ctx context.Context, r *run, result any) ([]any, error) {
+	m := r.p.m
+	root := m.RootID
+	if root == "" {
+		root = m.ID
+	}
+	var children []any
+	var errs []error
+	if cbs := m.Embed.Callbacks; len(cbs) > 0 {
+		c := callOptions{parentID: m.ID, rootID: root}
+		if len(cbs) > 1 {
+			// Several callbacks are sent as a group: one fresh group id
+			// shared by every plain signature (group_index stays null).
+			c.groupID = NewID()
+		}
+		for _, cb := range cbs {
+			ids, err := w.applySignature(ctx, cb, []any{result}, c)
+			for _, id := range ids {
+				children = append(children, protocol.ChildTuple(id))
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if ch := m.Embed.Chain; len(ch) > 0 {
+		next := ch[len(ch)-1]
+		rest := append([]protocol.Signature{}, ch[:len(ch)-1]...)
+		ids, err := w.applySignature(ctx, next, []any{result}, callOptions{
+			parentID: m.ID, rootID: root, chain: rest, hasChain: true,
+		})
+		for _, id := range ids {
+			children = append(children, protocol.ChildTuple(id))
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if children == nil {
+		children = []any{}
+	}
+	return children, errors.Join(errs...)
+}
+
+// fail records a terminal failure and settles the message.
+func (w *Worker) fail(ctx context.Context, r *run, err error, reason string) {
+	m := r.p.m
+	w.failed.Add(1)
+	ex := exceptionOf(err)
+	tb := traceback(r.t, err, ex)
+	if !w.ignoreResult(r) || w.cfg.StoreErrorsEvenIfIgnored {
+		w.store(ctx, r, protocol.StateFailure, ex, tb, nil)
+	}
+	// Celery's mark_as_failure: the pre-assigned ids of the remaining chain
+	// steps fail too, so that a client waiting on the chain's last id wakes up.
+	for _, s := range m.Embed.Chain {
+		if id, _ := s.Options["task_id"].(string); id != "" && w.cfg.Backend != nil {
+			w.storeMeta(ctx, r, &protocol.ResultMeta{TaskID: id, Status: protocol.StateFailure, Result: ex, Traceback: tb,
+				Children: []any{}, DateDone: time.Now().UTC(), ParentID: m.ID}, "")
+		}
+	}
+	if m.Embed.Chord != nil && m.Group != "" {
+		w.chordPartReturn(ctx, r, protocol.StateFailure, ex)
+	}
+	w.callErrbacks(ctx, m, m.Embed.Errbacks)
+	r.log.Error("task failed",
+		zap.String("reason", reason),
+		zap.String("exception", excRepr(ex)),
+		zap.Error(err))
+	if w.deadLetterOnFailure(r.p.opts) {
+		w.settle(ctx, r, settleDeadLetter, transport.DeadLetterReason{
+			Reason: reason, Error: excRepr(ex), TaskID: m.ID, TaskName: m.Name, Time: time.Now(),
+		})
+	} else {
+		w.settle(ctx, r, settleAck)
+	}
+}
+
+// callErrbacks sends link_error callbacks as Celery does for errbacks it
+// cannot call inline: a group of messages with the failed task's id as
+// their argument.
+func (w *Worker) callErrbacks(ctx context.Context, m *protocol.TaskMessage, errbacks []protocol.Signature) {
+	if len(errbacks) == 0 {
+		return
+	}
+	root := m.RootID
+	if root == "" {
+		root = m.ID
+	}
+	c := callOptions{parentID: m.ID, rootID: root, groupID: NewID()}
+	for _, eb := range errbacks {
+		if _, err := w.applySignature(ctx, eb, []any{m.ID}, c); err != nil {
+			w.log.Error("sending an error callback failed", zap.String("task_id", m.ID), zap.String("errback", eb.Task), zap.Error(err))
+		}
+	}
+}
+
+func (w *Worker) reject(ctx context.Context, r *run, rej *RejectError) {
+	if rej.Requeue {
+		r.log.Info("task rejected, requeued", zap.Error(rej.Err))
+		w.settle(ctx, r, settleRequeue)
+		return
+	}
+	r.log.Warn("task rejected", zap.Error(rej.Err))
+	msg := ""
+	if rej.Err != nil {
+		msg = rej.Err.Error()
+	}
+	w.settle(ctx, r, settleDeadLetter, transport.DeadLetterReason{
+		Reason: "rejected", Error: msg, TaskID: r.p.m.ID, TaskName: r.p.m.Name, Time: time.Now(),
+	})
+}
+
+// chordPartReturn counts a chord header task and, if it completed the
+// chord, sends the body (or fails it when a part failed).
+func (w *Worker) chordPartReturn(ctx context.Context, r *run, state protocol.State, result any) {
+	m := r.p.m
+	chords, ok := w.cfg.Backend.(backend.Chords)
+	if !ok {
+		r.log.Error("task is part of a chord but the result backend cannot count chord parts")
+		return
+	}
+	res, err := chords.ChordPartReturn(ctx, backend.ChordPart{
+		GroupID: m.Group, GroupIndex: m.GroupIndex, TaskID: m.ID, State: state, Result: result,
+	})
+	if err != nil {
+		r.log.Error("chord part return failed", zap.String("group_id", m.Group), zap.Error(err))
+		return
+	}
+	if !res.Ready {
+		return
+	}
+	body := *m.Embed.Chord
+	bodyID, _ := body.Options["task_id"].(string)
+	values := make([]any, 0, len(res.Results))
+	for _, part := range res.Results {
+		if part.State == protocol.StateFailure || part.State == protocol.StateRevoked {
+			w.chordError(ctx, r, body, bodyID, part)
+			return
+		}
+		values = append(values, part.Result)
+	}
+	root := m.RootID
+	if root == "" {
+		root = m.ID
+	}
+	if _, err := w.applySignature(ctx, body, []any{values}, callOptions{parentID: m.ID, rootID: root}); err != nil {
+		r.log.Error("sending the chord body failed", zap.String("group_id", m.Group), zap.Error(err))
+	}
+}
+
+// chordError fails the chord body the way Celery does:
+// ChordError("Dependency <id> raised <repr>") stored for the body's id, then
+// the body's errbacks.
+func (w *Worker) chordError(ctx context.Context, r *run, body protocol.Signature, bodyID string, culprit backend.ChordPart) {
+	repr := fmt.Sprint(culprit.Result)
+	if ex, ok := culprit.Result.(*protocol.ExceptionInfo); ok {
+		repr = excRepr(ex)
+	}
+	ex := &protocol.ExceptionInfo{Type: "ChordError", Module: moduleCelery,
+		Message: []any{fmt.Sprintf("Dependency %s raised %s", culprit.TaskID, repr)}}
+	r.log.Error("chord failed", zap.String("group_id", r.p.m.Group), zap.String("body_id", bodyID), zap.String("culprit", culprit.TaskID))
+	if bodyID != "" && w.cfg.Backend != nil {
+		w.storeMeta(ctx, r, &protocol.ResultMeta{TaskID: bodyID, Status: protocol.StateFailure, Result: ex,
+			Children: []any{}, DateDone: time.Now().UTC()}, "")
+	}
+	errbacks, err := signatureList(body.Options["link_error"])
+	if err != nil {
+		r.log.Error("chord body link_error unreadable", zap.Error(err))
+		return
+	}
+	if len(errbacks) > 0 {
+		fake := &protocol.TaskMessage{ID: bodyID, RootID: r.p.m.RootID}
+		w.callErrbacks(ctx, fake, errbacks)
+	}
+}
+
+// revoke records REVOKED for a task that will not run and acknowledges it.
+func (w *Worker) revoke(ctx context.Context, d *transport.Delivery, m *protocol.TaskMessage, why string) {
+	log := w.log.With(taskFields(m, d)...)
+	log.Info("task revoked, not running it", zap.String("reason", why))
+	if w.cfg.Backend != nil {
+		ex := exceptionOf(&revokedError{why: why})
+		w.storeMeta(ctx, nil, &protocol.ResultMeta{TaskID: m.ID, Status: protocol.StateRevoked, Result: ex,
+			Children: []any{}, DateDone: time.Now().UTC(), ParentID: m.ParentID, GroupID: m.Group}, m.ReplyTo)
+	}
+	if err := d.Ack(ctx); err != nil {
+		log.Warn("ack of a revoked task failed", zap.Error(err))
+	}
+}
+
+// rejectInvalid handles a message that is not a decodable task: logged with
+// its id when one can be found, FAILURE stored when it has an id, and
+// dead-lettered — never crashing the worker and never silently dropped.
+func (w *Worker) rejectInvalid(ctx context.Context, d *transport.Delivery, cause error) {
+	id, _ := d.Message.Headers["id"].(string)
+	name, _ := d.Message.Headers["task"].(string)
+	if id == "" {
+		id = d.Message.Properties.CorrelationID
+	}
+	reason := "invalid"
+	var cte *protocol.ContentTypeError
+	switch {
+	case errors.As(cause, &cte):
+		reason = "content-type"
+	case errors.Is(cause, protocol.ErrTooLarge):
+		reason = "too-large"
+	case errors.Is(cause, protocol.ErrTooDeep):
+		reason = "too-deep"
+	case errors.Is(cause, protocol.ErrUnsupportedCompression):
+		reason = "compression"
+	}
+	w.log.Error("invalid task message, dead-lettering it",
+		zap.String("task_id", id), zap.String("task_name", name), zap.String("queue", d.Queue),
+		zap.String("delivery_tag", d.Tag), zap.String("reason", reason), zap.Error(cause))
+	if id != "" && w.cfg.Backend != nil {
+		ex := &protocol.ExceptionInfo{Type: "InvalidTaskError", Module: moduleCelery, Message: []any{cause.Error()}}
+		w.storeMeta(ctx, nil, &protocol.ResultMeta{TaskID: id, Status: protocol.StateFailure, Result: ex,
+			Children: []any{}, DateDone: time.Now().UTC()}, d.Message.Properties.ReplyTo)
+	}
+	if err := d.DeadLetter(ctx, transport.DeadLetterReason{
+		Reason: reason, Error: cause.Error(), TaskID: id, TaskName: name, Time: time.Now(),
+	}); err != nil {
+		w.log.Error("dead-lettering an invalid message failed", zap.String("task_id", id), zap.Error(err))
+	}
+}
+
+// rejectUnknown handles a task name with no handler, as Celery does:
+// FAILURE (NotRegistered) stored and the message rejected to the
+// dead-letter destination.
+func (w *Worker) rejectUnknown(ctx context.Context, d *transport.Delivery, m *protocol.TaskMessage) {
+	w.log.Error("received unregistered task, dead-lettering it", append(taskFields(m, d),
+		zap.Strings("registered", w.mux.Names()))...)
+	err := &notRegisteredError{name: m.Name}
+	if w.cfg.Backend != nil {
+		ex := exceptionOf(err)
+		w.storeMeta(ctx, nil, &protocol.ResultMeta{TaskID: m.ID, Status: protocol.StateFailure, Result: ex,
+			Children: []any{}, DateDone: time.Now().UTC(), ParentID: m.ParentID, GroupID: m.Group}, m.ReplyTo)
+	}
+	if derr := d.DeadLetter(ctx, transport.DeadLetterReason{
+		Reason: "not-registered", Error: fmt.Sprintf("NotRegistered(%s)", protocol.Repr(m.Name)), TaskID: m.ID, TaskName: m.Name, Time: time.Now(),
+	}); derr != nil {
+		w.log.Error("dead-lettering an unregistered task failed", zap.String("task_id", m.ID), zap.Error(derr))
+	}
+}
+
+func (w *Worker) ignoreResult(r *run) bool {
+	if w.cfg.Backend == nil {
+		return true
+	}
+	if r.p.m.IgnoreResult != nil && *r.p.m.IgnoreResult {
+		return true
+	}
+	if r.p.opts.IgnoreResult != nil {
+		return *r.p.opts.IgnoreResult
+	}
+	return w.cfg.IgnoreResult
+}
+
+func (w *Worker) trackStarted(o TaskOptions) bool {
+	if w.cfg.Backend == nil {
+		return false
+	}
+	if o.TrackStarted != nil {
+		return *o.TrackStarted
+	}
+	return w.cfg.TrackStarted
+}
+
+func (w *Worker) deadLetterOnFailure(o TaskOptions) bool {
+	if o.DeadLetterOnFailure != nil {
+		return *o.DeadLetterOnFailure
+	}
+	return w.cfg.deadLetterOnFailure()
+}
+
+// store writes a state for the running task.
+func (w *Worker) store(ctx context.Context, r *run, state protocol.State, result any, tb string, children []any) {
+	m := r.p.m
+	meta := &protocol.ResultMeta{
+		TaskID:    m.ID,
+		Status:    state,
+		Result:    result,
+		Traceback: tb,
+		Children:  children,
+		GroupID:   m.Group,
+		ParentID:  m.ParentID,
+	}
+	if meta.Children == nil {
+		meta.Children = []any{}
+	}
+	if state.Ready() {
+		meta.DateDone = time.Now().UTC()
+	}
+	w.storeMeta(ctx, r, meta, m.ReplyTo)
+}
+
+// storeMeta writes a result document, adding the extended fields when
+// configured. Failures are logged: a result write must not crash a task,
+// but it must not disappear silently either.
+func (w *Worker) storeMeta(ctx context.Context, r *run, meta *protocol.ResultMeta, replyTo string) {
+	if w.cfg.Backend == nil {
+		return
+	}
+	if w.cfg.ResultExtended && r != nil && meta.TaskID == r.p.m.ID {
+		m := r.p.m
+		meta.Extended = true
+		meta.Name = m.Name
+		meta.Args = m.Args
+		meta.Kwargs = m.Kwargs
+		meta.Worker = w.cfg.Hostname
+		meta.Retries = m.Retries
+		meta.Queue = r.p.d.RoutingKey
+	}
+	corr := meta.TaskID
+	if r != nil && r.p.m.CorrelationID != "" && meta.TaskID == r.p.m.ID {
+		corr = r.p.m.CorrelationID
+	}
+	err := w.cfg.Backend.Store(ctx, backend.StoreRequest{Meta: meta, ReplyTo: replyTo, CorrelationID: corr})
+	if err != nil {
+		w.log.Error("storing the task state failed", zap.String("task_id", meta.TaskID),
+			zap.String("state", string(meta.Status)), zap.Error(err))
+	}
+}
+
+func (w *Worker) setActive(t *Task, cancel context.CancelCauseFunc) {
+	w.mu.Lock()
+	w.active[t.ID] = &activeTask{task: t, started: time.Now(), cancel: cancel}
+	w.mu.Unlock()
+}
+
+func (w *Worker) clearActive(id string) {
+	w.mu.Lock()
+	delete(w.active, id)
+	w.mu.Unlock()
+}
+
+func (w *Worker) getActive(id string) *activeTask {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.active[id]
+}
+
+// stripDeathHeaders removes RabbitMQ's dead-lettering headers before a
+// message is published again, as Celery (main) does for retries: a retried
+// message is a new message, not a dead letter.
+func stripDeathHeaders(h map[string]any) map[string]any {
+	if len(h) == 0 {
+		return h
+	}
+	out := make(map[string]any, len(h))
+	for k, v := range h {
+		if k == "x-death" || strings.HasPrefix(k, "x-first-death") || strings.HasPrefix(k, "x-last-death") || k == "redelivered" {
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}

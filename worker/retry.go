@@ -1,0 +1,134 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/celeriac/celeriac/protocol"
+	"github.com/celeriac/celeriac/retry"
+)
+
+// decideRetry applies the task's retry policy (or the worker's) to a
+// handler error.
+func (w *Worker) decideRetry(r *run, err error) retry.Decision {
+	var be *bindError
+	if errors.As(err, &be) {
+		// Arguments that do not bind will not bind next time either.
+		err = retry.Skip(err)
+	}
+	p := w.cfg.Retry
+	if r.p.opts.Retry != nil {
+		p = *r.p.opts.Retry
+	}
+	d := p.Decide(err, r.p.m.Retries, time.Now(), rand.IntN)
+	var mre *retry.MaxRetriesExceededError
+	if errors.As(d.Err, &mre) {
+		m := r.p.m
+		mre.TaskName, mre.TaskID = m.Name, m.ID
+		mre.Args, mre.Kwargs = reprArgs(m.Args), protocol.Repr(m.Kwargs)
+	}
+	if !d.Retry && d.Err == nil {
+		d.Err = err
+	}
+	return d
+}
+
+// retryTask publishes the retry as Celery's Task.retry does — same id,
+// retries+1, an eta, everything else carried over — then records RETRY and
+// settles the original. The original (acks_late) is acknowledged only after
+// the broker confirmed the new message, so a crash in between leaves a
+// duplicate at worst, never a loss.
+func (w *Worker) retryTask(ctx context.Context, r *run, d retry.Decision) {
+	m := r.p.m
+	next := *m
+	next.Retries = m.Retries + 1
+	next.ETA = d.ETA
+	// Celery sends the retry from inside the task, so the new message's
+	// parent is the task itself (captured from Celery 5.2).
+	next.ParentID = m.ID
+	if next.RootID == "" {
+		next.RootID = m.ID
+	}
+	next.Origin = w.cfg.Hostname
+	next.Headers = stripDeathHeaders(m.Headers)
+	next.Expiration = ""
+	if !m.Expires.IsZero() {
+		next.Expiration = expiration(m.Expires, time.Now())
+	}
+	next.Compression = m.Compression
+	dest := destination{exchange: r.p.d.Exchange, routingKey: r.p.d.RoutingKey}
+	if dest.exchange == "" {
+		// Came through the default exchange: go back to the same queue.
+		dest.routingKey = r.p.d.Queue
+		if dest.routingKey == "" {
+			dest.routingKey = r.p.d.RoutingKey
+		}
+	}
+	ct := m.ContentType
+	if ct == "" {
+		ct = protocol.ContentTypeJSON
+	}
+	if err := w.producer.publish(ctx, &next, dest, ct, m.Compression); err != nil {
+		r.log.Error("publishing the retry failed", zap.Error(err))
+		if !r.acked {
+			// The original is still ours: give it back rather than lose it.
+			w.settle(ctx, r, settleRequeue)
+			return
+		}
+		w.fail(ctx, r, errors.Join(d.Err, err), "retry-publish-failed")
+		return
+	}
+	w.retried.Add(1)
+	var ex *protocol.ExceptionInfo
+	var tb string
+	if d.Err != nil {
+		ex = exceptionOf(d.Err)
+		tb = traceback(r.t, d.Err, ex)
+	}
+	if !w.ignoreResult(r) {
+		var result any
+		if ex != nil {
+			result = ex
+		}
+		w.store(ctx, r, protocol.StateRetry, result, tb, []any{protocol.ChildTuple(m.ID)})
+	}
+	fields := []zap.Field{zap.Int("next_retries", next.Retries), zap.Duration("countdown", d.Countdown), zap.String("reason", d.Reason.String())}
+	if d.Err != nil {
+		fields = append(fields, zap.Error(d.Err))
+	}
+	r.log.Info("task retry scheduled", fields...)
+	w.settle(ctx, r, settleAck)
+}
+
+// failReason names a terminal failure for logs and dead-letter records.
+func failReason(d retry.Decision) string {
+	switch {
+	case d.Exhausted:
+		return "max-retries"
+	case d.Reason == retry.ReasonSkip || d.Reason == retry.ReasonExcluded:
+		return "permanent"
+	}
+	return "failed"
+}
+
+// reprArgs renders positional args as Python prints a tuple.
+func reprArgs(args []any) string {
+	switch len(args) {
+	case 0:
+		return "()"
+	case 1:
+		return "(" + protocol.Repr(args[0]) + ",)"
+	}
+	s := "("
+	for i, a := range args {
+		if i > 0 {
+			s += ", "
+		}
+		s += protocol.Repr(a)
+	}
+	return s + ")"
+}

@@ -1,0 +1,484 @@
+package worker
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/celeriac/celeriac/protocol"
+	"github.com/celeriac/celeriac/transport"
+)
+
+// Worker consumes task messages from a transport and runs them with the
+// handlers of a Mux.
+type Worker struct {
+	tr       transport.Transport
+	mux      *Mux
+	cfg      Config
+	log      *zap.Logger
+	producer *Producer
+
+	started   atomic.Bool
+	cold      chan struct{}
+	closeOnce sync.Once
+
+	mu     sync.Mutex
+	active map[string]*activeTask
+
+	// stats
+	processed atomic.Int64
+	succeeded atomic.Int64
+	failed    atomic.Int64
+	retried   atomic.Int64
+	startedAt time.Time
+}
+
+// activeTask is a running task, for remote control and cancellation.
+type activeTask struct {
+	task    *Task
+	started time.Time
+	cancel  context.CancelCauseFunc
+}
+
+// New returns a worker that consumes from tr and dispatches to mux. The
+// worker does not own tr: close it after Run returns.
+func New(tr transport.Transport, mux *Mux, cfg Config) (*Worker, error) {
+	if tr == nil {
+		return nil, errors.New("worker: nil transport")
+	}
+	if mux == nil {
+		return nil, errors.New("worker: nil mux")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	w := &Worker{
+		tr:     tr,
+		mux:    mux,
+		cfg:    cfg,
+		log:    cfg.Logger.With(zap.String("hostname", cfg.Hostname)),
+		cold:   make(chan struct{}),
+		active: make(map[string]*activeTask),
+	}
+	routes := make(map[string]string, len(cfg.Routes))
+	for k, v := range cfg.Routes {
+		routes[k] = v
+	}
+	for _, name := range mux.Names() {
+		if o, _ := mux.options(name); o.Queue != "" {
+			if _, ok := routes[name]; !ok {
+				routes[name] = o.Queue
+			}
+		}
+	}
+	w.producer = NewProducer(tr, ProducerConfig{
+		DefaultQueue: cfg.DefaultQueue,
+		Routes:       routes,
+		Origin:       cfg.Hostname,
+	})
+	return w, nil
+}
+
+// Hostname returns the worker's node name.
+func (w *Worker) Hostname() string { return w.cfg.Hostname }
+
+// Producer returns the worker's producer, which publishes tasks with the
+// worker's routes.
+func (w *Worker) Producer() *Producer { return w.producer }
+
+// Close requests a cold shutdown: running tasks' contexts are cancelled
+// (cause ErrShutdown) at once, and Run returns after returning unstarted
+// messages to the broker. It is what a second SIGTERM/SIGINT should do.
+func (w *Worker) Close() error {
+	w.closeOnce.Do(func() { close(w.cold) })
+	return nil
+}
+
+// Run consumes and runs tasks until ctx is done, then shuts down
+// gracefully: it stops fetching, returns held (ETA) and unstarted messages to
+// the broker, waits up to Config.ShutdownTimeout for running tasks, cancels
+// those still running and returns. It returns nil after a clean shutdown and
+// ErrWorkerClosed when called twice.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return ErrWorkerClosed
+	}
+	w.startedAt = time.Now()
+	cons, err := w.tr.Consume(ctx, w.cfg.queues(), transport.ConsumeOptions{Prefetch: w.cfg.prefetch()})
+	if err != nil {
+		return fmt.Errorf("worker: consume %v: %w", w.cfg.Queues, err)
+	}
+	w.log.Info("worker ready",
+		zap.Strings("queues", w.cfg.Queues),
+		zap.Int("concurrency", w.cfg.Concurrency),
+		zap.Int("prefetch", w.cfg.prefetch()),
+		zap.Strings("tasks", w.mux.Names()))
+	l := newLoop(w, cons)
+	return l.run(ctx)
+}
+
+// pending is a received task waiting to run: held for its ETA, or ready.
+type pending struct {
+	d        *transport.Delivery
+	m        *protocol.TaskMessage
+	h        Handler
+	opts     TaskOptions
+	due      time.Time
+	seq      uint64
+	queueIdx int
+	index    int // in the ETA heap
+	eta      bool
+}
+
+// loop is the worker's single-threaded event loop: it owns the ready queue,
+// the ETA heap and the concurrency count, so none of them needs a lock.
+type loop struct {
+	w        *Worker
+	cons     transport.Consumer
+	queueIdx map[string]int
+
+	held    etaHeap
+	ready   readyQueue
+	running int
+	seq     uint64
+
+	heldETA     int
+	prefetch    int
+	prefetchSet int
+
+	slotDone chan struct{}
+	timer    *time.Timer
+	wg       sync.WaitGroup
+}
+
+func newLoop(w *Worker, cons transport.Consumer) *loop {
+	l := &loop{
+		w:           w,
+		cons:        cons,
+		queueIdx:    make(map[string]int, len(w.cfg.Queues)),
+		slotDone:    make(chan struct{}, w.cfg.Concurrency),
+		prefetch:    w.cfg.prefetch(),
+		prefetchSet: w.cfg.prefetch(),
+	}
+	for i, q := range w.cfg.Queues {
+		l.queueIdx[q] = i
+	}
+	l.ready.init(len(w.cfg.Queues))
+	return l
+}
+
+func (l *loop) run(ctx context.Context) error {
+	deliveries := l.cons.Deliveries()
+	var consumeErr error
+	for {
+		l.dispatch()
+		l.applyPrefetch(ctx)
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				consumeErr = l.cons.Err()
+				if consumeErr == nil {
+					consumeErr = errors.New("worker: consumer stopped")
+				}
+				l.w.log.Error("consumer closed; shutting down", zap.Error(consumeErr))
+				return errors.Join(consumeErr, l.shutdown(ctx, false))
+			}
+			l.receive(ctx, d)
+		case <-l.timerC():
+			l.timer = nil
+			l.promote(time.Now())
+		case <-l.slotDone:
+			l.running--
+		case <-ctx.Done():
+			return l.shutdown(ctx, false)
+		case <-l.w.cold:
+			return l.shutdown(ctx, true)
+		}
+	}
+}
+
+func (l *loop) timerC() <-chan time.Time {
+	if len(l.held) == 0 {
+		if l.timer != nil {
+			l.timer.Stop()
+			l.timer = nil
+		}
+		return nil
+	}
+	next := l.held[0].due
+	if l.timer == nil {
+		l.timer = time.NewTimer(time.Until(next))
+	} else {
+		l.timer.Reset(time.Until(next))
+	}
+	return l.timer.C
+}
+
+// receive decodes and classifies one delivery.
+func (l *loop) receive(ctx context.Context, d *transport.Delivery) {
+	w := l.w
+	m, err := protocol.DecodeTask(&d.Message, protocol.DecodeOptions{
+		Accept:      w.cfg.Accept,
+		MaxBodySize: w.cfg.MaxMessageSize,
+		MaxDepth:    w.cfg.MaxNestingDepth,
+	})
+	if err != nil {
+		l.background(func() { w.rejectInvalid(ctx, d, err) })
+		return
+	}
+	h, opts, ok := w.mux.lookup(m.Name)
+	if !ok {
+		l.background(func() { w.rejectUnknown(ctx, d, m) })
+		return
+	}
+	now := time.Now()
+	if !m.Expires.IsZero() && now.After(m.Expires) {
+		l.background(func() { w.revoke(ctx, d, m, "expired") })
+		return
+	}
+	l.seq++
+	p := &pending{d: d, m: m, h: h, opts: opts, seq: l.seq, queueIdx: l.queueIdx[d.Queue]}
+	if !m.ETA.IsZero() && m.ETA.After(now) {
+		p.due, p.eta = m.ETA, true
+		heap.Push(&l.held, p)
+		l.heldETA++
+		l.wantPrefetch()
+		w.log.Debug("task held until eta", taskFields(m, d)...)
+		return
+	}
+	l.ready.push(p)
+}
+
+// promote moves held tasks that are due to the ready queue.
+func (l *loop) promote(now time.Time) {
+	for len(l.held) > 0 && !l.held[0].due.After(now) {
+		p := heap.Pop(&l.held).(*pending)
+		if p.eta {
+			l.heldETA--
+			p.eta = false
+			l.wantPrefetch()
+		}
+		l.ready.push(p)
+	}
+}
+
+// wantPrefetch recomputes the prefetch Celery's way: one more per held ETA
+// task, up to ETATaskLimit.
+func (l *loop) wantPrefetch() {
+	base := l.w.cfg.prefetch()
+	if base == 0 {
+		return
+	}
+	extra := l.heldETA
+	if lim := l.w.cfg.ETATaskLimit; lim > 0 && extra > lim {
+		extra = lim
+	}
+	l.prefetch = base + extra
+}
+
+// applyPrefetch sends the prefetch to the broker when it changed; changes
+// are coalesced over one loop iteration, like Celery's lazy QoS updates.
+func (l *loop) applyPrefetch(ctx context.Context) {
+	if l.prefetch == l.prefetchSet {
+		return
+	}
+	if err := l.cons.SetPrefetch(l.prefetch); err != nil {
+		l.w.log.Warn("cannot change prefetch", zap.Int("prefetch", l.prefetch), zap.Error(err))
+		return
+	}
+	l.prefetchSet = l.prefetch
+}
+
+// dispatch starts ready tasks while slots are free.
+func (l *loop) dispatch() {
+	for l.running < l.w.cfg.Concurrency {
+		p := l.ready.pop()
+		if p == nil {
+			return
+		}
+		l.running++
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			defer func() { l.slotDone <- struct{}{} }()
+			l.w.execute(p)
+		}()
+	}
+}
+
+// background runs settle-only work (invalid, unknown, expired messages) off
+// the loop. The prefetch bound limits how many can be in flight.
+func (l *loop) background(f func()) {
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		f()
+	}()
+}
+
+// shutdown stops fetching, returns what has not started to the broker and
+// waits for running tasks.
+func (l *loop) shutdown(ctx context.Context, cold bool) error {
+	w := l.w
+	w.log.Info("worker shutting down", zap.Bool("cold", cold), zap.Int("running", l.running),
+		zap.Int("held", len(l.held)), zap.Int("ready", l.ready.len()))
+	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := l.cons.Stop(settleCtx); err != nil {
+		w.log.Warn("stopping the consumer", zap.Error(err))
+	}
+	var requeue []*transport.Delivery
+	// Deliveries already handed to the channel before Stop are ours too.
+	for d := range l.cons.Deliveries() {
+		requeue = append(requeue, d)
+	}
+	for _, p := range l.held {
+		requeue = append(requeue, p.d)
+	}
+	l.held = nil
+	for p := l.ready.pop(); p != nil; p = l.ready.pop() {
+		requeue = append(requeue, p.d)
+	}
+	for _, d := range requeue {
+		if err := d.Reject(settleCtx, true); err != nil {
+			w.log.Warn("returning a message to the broker", zap.String("delivery_tag", d.Tag), zap.Error(err))
+		}
+	}
+	if len(requeue) > 0 {
+		w.log.Info("returned unstarted messages to the broker", zap.Int("count", len(requeue)))
+	}
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+
+	done := make(chan struct{})
+	go func() {
+		l.wg.Wait()
+		close(done)
+	}()
+	grace := w.cfg.ShutdownTimeout
+	if cold {
+		grace = 0
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-timer.C:
+	case <-w.cold:
+	}
+	n := w.cancelActive(ErrShutdown)
+	w.log.Warn("cancelled running tasks", zap.Int("count", n))
+	// Handlers that honour ctx return promptly; give them a moment, then
+	// leave the rest (their acks_late messages stay unacknowledged and come
+	// back when the transport closes).
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		w.log.Error("tasks still running after cancellation; abandoning them")
+	}
+	return nil
+}
+
+// cancelActive cancels every running task's context.
+func (w *Worker) cancelActive(cause error) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, a := range w.active {
+		a.cancel(cause)
+	}
+	return len(w.active)
+}
+
+// etaHeap orders held tasks by due time, then arrival.
+type etaHeap []*pending
+
+func (h etaHeap) Len() int { return len(h) }
+func (h etaHeap) Less(i, j int) bool {
+	if h[i].due.Equal(h[j].due) {
+		return h[i].seq < h[j].seq
+	}
+	return h[i].due.Before(h[j].due)
+}
+func (h etaHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *etaHeap) Push(x any) {
+	p := x.(*pending)
+	p.index = len(*h)
+	*h = append(*h, p)
+}
+func (h *etaHeap) Pop() any {
+	old := *h
+	n := len(old)
+	p := old[n-1]
+	old[n-1] = nil
+	*h = old[:n-1]
+	p.index = -1
+	return p
+}
+
+// readyQueue holds tasks ready to run, one FIFO per consumed queue. pop
+// takes the oldest task overall (arrival order, as Celery).
+type readyQueue struct {
+	qs [][]*pending
+	n  int
+}
+
+func (r *readyQueue) init(n int) {
+	if n < 1 {
+		n = 1
+	}
+	r.qs = make([][]*pending, n)
+}
+
+func (r *readyQueue) len() int { return r.n }
+
+func (r *readyQueue) push(p *pending) {
+	i := p.queueIdx
+	if i < 0 || i >= len(r.qs) {
+		i = 0
+	}
+	r.qs[i] = append(r.qs[i], p)
+	r.n++
+}
+
+func (r *readyQueue) pop() *pending {
+	if r.n == 0 {
+		return nil
+	}
+	best := -1
+	for i, q := range r.qs {
+		if len(q) > 0 && (best < 0 || q[0].seq < r.qs[best][0].seq) {
+			best = i
+		}
+	}
+	q := r.qs[best]
+	p := q[0]
+	q[0] = nil
+	r.qs[best] = q[1:]
+	if len(r.qs[best]) == 0 {
+		r.qs[best] = q[:0:0]
+	}
+	r.n--
+	return p
+}
+
+func taskFields(m *protocol.TaskMessage, d *transport.Delivery) []zap.Field {
+	return []zap.Field{
+		zap.String("task_id", m.ID),
+		zap.String("task_name", m.Name),
+		zap.Int("retries", m.Retries),
+		zap.String("queue", d.Queue),
+	}
+}
