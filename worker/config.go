@@ -23,6 +23,15 @@ type Config struct {
 	// Queues to consume (Celery's -Q), in priority order when QueueOrder is
 	// Strict or Weighted. Default: ["celery"].
 	Queues []string
+	// QueueOrder says which queue a free slot takes from: arrival order
+	// across queues (default; what Celery does), QueueOrderStrict (the first
+	// queue in Queues that has work, always) or QueueOrderWeighted (smooth
+	// weighted round-robin by QueueWeights). Prefetched messages bound how
+	// fast a newly arrived task of a preferred queue overtakes a backlog: at
+	// most the prefetch count of other tasks are already in the worker.
+	QueueOrder QueueOrder
+	// QueueWeights are the weights of QueueOrderWeighted (default 1 each).
+	QueueWeights map[string]int
 	// QueueArguments are declaration arguments per queue name (x-max-priority,
 	// x-dead-letter-exchange, x-queue-type), or for every queue under key "*".
 	QueueArguments map[string]map[string]any
@@ -75,6 +84,10 @@ type Config struct {
 	// The zero Policy is Celery's default: explicit retries (retry.After,
 	// ...) are honoured with max_retries 3; other errors fail at once.
 	Retry retry.Policy
+
+	// GlobalRateLimiter enforces the global rate limits of tasks registered
+	// with GlobalRateLimit, across every worker that shares it.
+	GlobalRateLimiter GlobalRateLimiter
 
 	// TimeLimit and SoftTimeLimit are the default per-task limits
 	// (task_time_limit, task_soft_time_limit); zero means none. The message's
@@ -161,6 +174,11 @@ func (c Config) Validate() error {
 			errs = append(errs, errors.New("worker: empty queue name"))
 		}
 	}
+	switch c.QueueOrder {
+	case QueueOrderArrival, QueueOrderStrict, QueueOrderWeighted:
+	default:
+		errs = append(errs, fmt.Errorf("worker: unknown queue order %q", c.QueueOrder))
+	}
 	if c.TimeLimit < 0 || c.SoftTimeLimit < 0 {
 		errs = append(errs, errors.New("worker: negative time limit"))
 	}
@@ -219,6 +237,24 @@ func ExpandHostname(s string) string {
 	name, domain, _ := strings.Cut(host, ".")
 	r := strings.NewReplacer("%%", "%", "%h", host, "%n", name, "%d", domain)
 	return r.Replace(s)
+}
+
+// QueueOrder is how a worker chooses between the queues it consumes.
+type QueueOrder string
+
+// Queue orders.
+const (
+	QueueOrderArrival  QueueOrder = ""
+	QueueOrderStrict   QueueOrder = "strict"
+	QueueOrderWeighted QueueOrder = "weighted"
+)
+
+func (c Config) weights() []int {
+	w := make([]int, len(c.Queues))
+	for i, q := range c.Queues {
+		w[i] = c.QueueWeights[q]
+	}
+	return w
 }
 
 // Bool returns a pointer to v, for the optional boolean fields of Config.

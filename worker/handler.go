@@ -71,6 +71,9 @@ func (m *Mux) Handle(name string, h Handler, opts ...TaskOption) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if err := o.parse(); err != nil {
+		panic(fmt.Sprintf("worker: task %q: %v", name, err))
+	}
 	m.entries[name] = &entry{name: name, raw: h, opts: o}
 }
 
@@ -144,14 +147,19 @@ func (m *Mux) options(name string) (TaskOptions, bool) {
 }
 
 // setOptions changes options at run time (remote control rate_limit and
-// time_limit).
-func (m *Mux) setOptions(name string, f func(*TaskOptions)) bool {
+// time_limit). It reports false for an unknown task.
+func (m *Mux) setOptions(name string, f func(*TaskOptions)) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e := m.entries[name]
 	if e == nil {
-		return false
+		return false, nil
 	}
-	f(&e.opts)
-	return true
+	o := e.opts
+	f(&o)
+	if err := o.parse(); err != nil {
+		return true, err
+	}
+	e.opts = o
+	return true, nil
 }

@@ -28,6 +28,17 @@ type TaskOptions struct {
 	// Queue is where this worker's producer sends the task when no queue is
 	// given (a per-task route).
 	Queue string
+	// GlobalRateLimit caps starts of this task across all workers sharing
+	// Config.GlobalRateLimiter, in Celery's rate syntax. GlobalRateKey names
+	// the bucket (default: the task name), so several tasks can share one
+	// limit (a downstream API); GlobalRateBurst is the bucket size (default 1).
+	GlobalRateLimit string
+	GlobalRateKey   string
+	GlobalRateBurst int
+
+	// rate and globalRate are the parsed limits.
+	rate, globalRate Rate
+
 	// Retry is the task's retry policy (autoretry_for, max_retries,
 	// retry_backoff, ...); nil means Config.Retry.
 	Retry *retry.Policy
@@ -67,3 +78,21 @@ func Queue(name string) TaskOption { return func(t *TaskOptions) { t.Queue = nam
 
 // Retry sets the task's retry policy.
 func Retry(p retry.Policy) TaskOption { return func(t *TaskOptions) { t.Retry = &p } }
+
+// GlobalRateLimit caps the task across all workers: limit in Celery's syntax
+// ("5/s"), key names a bucket shared by several tasks ("" = task name).
+func GlobalRateLimit(limit, key string, burst int) TaskOption {
+	return func(t *TaskOptions) { t.GlobalRateLimit, t.GlobalRateKey, t.GlobalRateBurst = limit, key, burst }
+}
+
+// parse validates and parses the rate limits.
+func (o *TaskOptions) parse() error {
+	var err error
+	if o.rate, err = ParseRate(o.RateLimit); err != nil {
+		return err
+	}
+	if o.globalRate, err = ParseRate(o.GlobalRateLimit); err != nil {
+		return err
+	}
+	return nil
+}

@@ -135,7 +135,19 @@ type pending struct {
 	queueIdx int
 	index    int // in the ETA heap
 	eta      bool
+	stage    stage
 }
+
+// stage is how far a received task got on its way to the ready queue:
+// countdown/ETA first, then the per-worker rate limit, then the global one.
+type stage uint8
+
+const (
+	stageNew stage = iota
+	stageETA
+	stageLocalRate
+	stageGlobalRate
+)
 
 // loop is the worker's single-threaded event loop: it owns the ready queue,
 // the ETA heap and the concurrency count, so none of them needs a lock.
@@ -156,6 +168,15 @@ type loop struct {
 	slotDone chan struct{}
 	timer    *time.Timer
 	wg       sync.WaitGroup
+
+	rates rateLimits
+	// calls runs functions on the loop goroutine: results of background
+	// work (global rate-limit reservations) and remote-control requests.
+	calls chan func()
+	done  chan struct{}
+	// awaiting holds tasks whose global rate-limit reservation is in flight,
+	// so that a shutdown can return them to the broker.
+	awaiting map[*pending]struct{}
 }
 
 func newLoop(w *Worker, cons transport.Consumer) *loop {
@@ -166,11 +187,14 @@ func newLoop(w *Worker, cons transport.Consumer) *loop {
 		slotDone:    make(chan struct{}, w.cfg.Concurrency),
 		prefetch:    w.cfg.prefetch(),
 		prefetchSet: w.cfg.prefetch(),
+		calls:       make(chan func()),
+		done:        make(chan struct{}),
+		awaiting:    make(map[*pending]struct{}),
 	}
 	for i, q := range w.cfg.Queues {
 		l.queueIdx[q] = i
 	}
-	l.ready.init(len(w.cfg.Queues))
+	l.ready.init(len(w.cfg.Queues), w.cfg.QueueOrder, w.cfg.weights())
 	return l
 }
 
@@ -196,6 +220,8 @@ func (l *loop) run(ctx context.Context) error {
 			l.promote(time.Now())
 		case <-l.slotDone:
 			l.running--
+		case f := <-l.calls:
+			f()
 		case <-ctx.Done():
 			return l.shutdown(ctx, false)
 		case <-l.w.cold:
@@ -245,18 +271,99 @@ func (l *loop) receive(ctx context.Context, d *transport.Delivery) {
 	}
 	l.seq++
 	p := &pending{d: d, m: m, h: h, opts: opts, seq: l.seq, queueIdx: l.queueIdx[d.Queue]}
-	if !m.ETA.IsZero() && m.ETA.After(now) {
-		p.due, p.eta = m.ETA, true
-		heap.Push(&l.held, p)
-		l.heldETA++
-		l.wantPrefetch()
-		w.log.Debug("task held until eta", taskFields(m, d)...)
-		return
+	l.advance(ctx, p, now)
+}
+
+// advance moves a task through its stages: held until its ETA, then until
+// its per-worker rate limit allows it, then until the global rate limit
+// does, then ready. Waiting never takes a concurrency slot.
+func (l *loop) advance(ctx context.Context, p *pending, now time.Time) {
+	w := l.w
+	if p.stage < stageETA {
+		p.stage = stageETA
+		if eta := p.m.ETA; !eta.IsZero() && eta.After(now) {
+			p.eta = true
+			l.heldETA++
+			l.wantPrefetch()
+			l.hold(p, eta)
+			w.log.Debug("task held until eta", taskFields(p.m, p.d)...)
+			return
+		}
+	}
+	if p.stage < stageLocalRate {
+		p.stage = stageLocalRate
+		if rate := p.opts.rate; !rate.IsZero() {
+			if at := l.rates.reserve(p.m.Name, rate, now); at.After(now) {
+				l.hold(p, at)
+				w.log.Debug("task waits for its rate limit", append(taskFields(p.m, p.d),
+					zap.String("rate_limit", rate.String()), zap.Duration("wait", at.Sub(now)))...)
+				return
+			}
+		}
+	}
+	if p.stage < stageGlobalRate {
+		p.stage = stageGlobalRate
+		if rate := p.opts.globalRate; !rate.IsZero() && w.cfg.GlobalRateLimiter != nil {
+			l.reserveGlobal(ctx, p, rate)
+			return
+		}
 	}
 	l.ready.push(p)
 }
 
-// promote moves held tasks that are due to the ready queue.
+func (l *loop) hold(p *pending, due time.Time) {
+	p.due = due
+	heap.Push(&l.held, p)
+}
+
+// reserveGlobal asks the shared limiter for a token off the loop and comes
+// back to the loop with the answer.
+func (l *loop) reserveGlobal(ctx context.Context, p *pending, rate Rate) {
+	w := l.w
+	key := p.opts.GlobalRateKey
+	if key == "" {
+		key = p.m.Name
+	}
+	burst := max(p.opts.GlobalRateBurst, 1)
+	l.awaiting[p] = struct{}{}
+	l.background(func() {
+		wait, err := w.cfg.GlobalRateLimiter.Reserve(ctx, key, rate, burst)
+		l.call(func() {
+			if _, ok := l.awaiting[p]; !ok {
+				return // returned to the broker by a shutdown
+			}
+			delete(l.awaiting, p)
+			now := time.Now()
+			if err != nil {
+				// Fail open, loudly: a limiter outage must not stop the
+				// worker, and the per-worker limit still applies.
+				w.log.Error("global rate limiter unavailable; running the task without it",
+					append(taskFields(p.m, p.d), zap.String("key", key), zap.Error(err))...)
+				l.ready.push(p)
+				return
+			}
+			if wait > 0 {
+				w.log.Debug("task waits for its global rate limit", append(taskFields(p.m, p.d),
+					zap.String("key", key), zap.Duration("wait", wait))...)
+				l.hold(p, now.Add(wait))
+				return
+			}
+			l.ready.push(p)
+		})
+	})
+}
+
+// call runs f on the loop goroutine, unless the loop has exited.
+func (l *loop) call(f func()) bool {
+	select {
+	case l.calls <- f:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+// promote moves held tasks that are due on to their next stage.
 func (l *loop) promote(now time.Time) {
 	for len(l.held) > 0 && !l.held[0].due.After(now) {
 		p := heap.Pop(&l.held).(*pending)
@@ -265,7 +372,7 @@ func (l *loop) promote(now time.Time) {
 			p.eta = false
 			l.wantPrefetch()
 		}
-		l.ready.push(p)
+		l.advance(context.Background(), p, now)
 	}
 }
 
@@ -343,6 +450,11 @@ func (l *loop) shutdown(ctx context.Context, cold bool) error {
 		requeue = append(requeue, p.d)
 	}
 	l.held = nil
+	for p := range l.awaiting {
+		requeue = append(requeue, p.d)
+	}
+	clear(l.awaiting)
+	close(l.done)
 	for p := l.ready.pop(); p != nil; p = l.ready.pop() {
 		requeue = append(requeue, p.d)
 	}
@@ -429,17 +541,31 @@ func (h *etaHeap) Pop() any {
 }
 
 // readyQueue holds tasks ready to run, one FIFO per consumed queue. pop
-// takes the oldest task overall (arrival order, as Celery).
+// picks the queue by the configured order: the oldest task overall (Celery's
+// behaviour), the first queue with work (strict), or smooth weighted
+// round-robin between queues with work (weighted).
 type readyQueue struct {
-	qs [][]*pending
-	n  int
+	qs      [][]*pending
+	n       int
+	order   QueueOrder
+	weights []int
+	current []int // smooth weighted round-robin state
 }
 
-func (r *readyQueue) init(n int) {
+func (r *readyQueue) init(n int, order QueueOrder, weights []int) {
 	if n < 1 {
 		n = 1
 	}
 	r.qs = make([][]*pending, n)
+	r.order = order
+	r.weights = make([]int, n)
+	r.current = make([]int, n)
+	for i := range r.weights {
+		r.weights[i] = 1
+		if i < len(weights) && weights[i] > 0 {
+			r.weights[i] = weights[i]
+		}
+	}
 }
 
 func (r *readyQueue) len() int { return r.n }
@@ -458,9 +584,32 @@ func (r *readyQueue) pop() *pending {
 		return nil
 	}
 	best := -1
-	for i, q := range r.qs {
-		if len(q) > 0 && (best < 0 || q[0].seq < r.qs[best][0].seq) {
-			best = i
+	switch r.order {
+	case QueueOrderStrict:
+		for i, q := range r.qs {
+			if len(q) > 0 {
+				best = i
+				break
+			}
+		}
+	case QueueOrderWeighted:
+		total := 0
+		for i, q := range r.qs {
+			if len(q) == 0 {
+				continue
+			}
+			r.current[i] += r.weights[i]
+			total += r.weights[i]
+			if best < 0 || r.current[i] > r.current[best] {
+				best = i
+			}
+		}
+		r.current[best] -= total
+	default:
+		for i, q := range r.qs {
+			if len(q) > 0 && (best < 0 || q[0].seq < r.qs[best][0].seq) {
+				best = i
+			}
 		}
 	}
 	q := r.qs[best]
