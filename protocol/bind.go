@@ -157,14 +157,14 @@ func (b *binder) mismatch(src any, t reflect.Type) error {
 }
 
 var (
-	timeType       = reflect.TypeFor[time.Time]()
-	dateType       = reflect.TypeFor[Date]()
-	timeOfDayType  = reflect.TypeFor[TimeOfDay]()
-	decimalType    = reflect.TypeFor[Decimal]()
-	uuidType       = reflect.TypeFor[UUID]()
-	bigIntType     = reflect.TypeFor[big.Int]()
-	textUnmarshal  = reflect.TypeFor[encoding.TextUnmarshaler]()
-	jsonUnmarshal  = reflect.TypeFor[json.Unmarshaler]()
+	timeType      = reflect.TypeFor[time.Time]()
+	dateType      = reflect.TypeFor[Date]()
+	timeOfDayType = reflect.TypeFor[TimeOfDay]()
+	decimalType   = reflect.TypeFor[Decimal]()
+	uuidType      = reflect.TypeFor[UUID]()
+	bigIntType    = reflect.TypeFor[big.Int]()
+	textUnmarshal = reflect.TypeFor[encoding.TextUnmarshaler]()
+	jsonUnmarshal = reflect.TypeFor[json.Unmarshaler]()
 )
 
 func (b *binder) bind(src any, dv reflect.Value) error {
