@@ -4,4 +4,7 @@ go 1.25.0
 
 require github.com/vmihailenco/msgpack/v5 v5.4.1
 
-require github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
+require (
+	github.com/google/go-cmp v0.7.0 // indirect
+	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
+)

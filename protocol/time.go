@@ -8,13 +8,13 @@ import (
 // ParseTime parses an ISO 8601 time as Celery writes it (Python's
 // datetime.isoformat()) and as Celery's workers accept it:
 //
-//	YYYY-MM-DD[(T|t| )HH:MM[:SS[(.|,)f{1,9}]][Z|z|±HH:MM|±HHMM|±HH|±HH:MM:SS]]
+//	YYYY-MM-DD[(T|t| )HH:MM[:SS[(.|,)f+]][Z|z|±HH:MM|±HHMM|±HH|±HH:MM:SS]]
 //
-// A value without an offset (naive) is read as UTC, as Celery's worker does
-// for eta and expires. A zero offset yields a time in [time.UTC]; any other
-// offset is kept as a fixed zone, so [FormatTime] writes it back unchanged.
-// A date alone means midnight UTC. Offsets must be less than 24 hours, as in
-// Python.
+// Fraction digits past nanoseconds are dropped. A value without an offset
+// (naive) is read as UTC, as Celery's worker does for eta and expires. A
+// zero offset yields a time in [time.UTC]; any other offset is kept as a
+// fixed zone, so [FormatTime] writes it back unchanged. A date alone means
+// midnight UTC. Offsets must be less than 24 hours, as in Python.
 func ParseTime(s string) (time.Time, error) {
 	t, ok := parseTime(s)
 	if !ok {

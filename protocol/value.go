@@ -116,9 +116,10 @@ func (t TimeOfDay) valid() bool {
 }
 
 // ParseTimeOfDay parses what Python's time.fromisoformat accepts in practice:
-// HH:MM, HH:MM:SS or HH:MM:SS.f (1 to 9 fraction digits). A UTC offset is
-// rejected: TimeOfDay has no zone, and dropping it silently would change the
-// value's meaning.
+// HH:MM, HH:MM:SS or HH:MM:SS.f (digits past nanoseconds are dropped). A
+// UTC offset is
+// rejected: TimeOfDay has no zone, and dropping it silently would change
+// the value's meaning.
 func ParseTimeOfDay(s string) (TimeOfDay, error) {
 	t, rest, ok := parseClock(s)
 	if !ok || rest != "" {
@@ -127,7 +128,7 @@ func ParseTimeOfDay(s string) (TimeOfDay, error) {
 	return t, nil
 }
 
-// parseClock parses HH:MM[:SS[.f{1,9}]] at the start of s and returns the
+// parseClock parses HH:MM[:SS[(.|,)f+]] at the start of s and returns the
 // rest.
 func parseClock(s string) (TimeOfDay, string, bool) {
 	var t TimeOfDay
@@ -154,10 +155,12 @@ func parseClock(s string) (TimeOfDay, string, bool) {
 				n++
 			}
 			digits := n - 1
-			if digits == 0 || digits > 9 {
+			if digits == 0 {
 				return t, s, false
 			}
-			frac, _ := atoiFixed(s[1:n])
+			// Digits beyond nanoseconds are dropped, as Python drops
+			// those beyond microseconds.
+			frac, _ := atoiFixed(s[1:min(n, 10)])
 			for i := digits; i < 9; i++ {
 				frac *= 10
 			}
