@@ -3,8 +3,12 @@ module github.com/celeriac/celeriac
 go 1.25.0
 
 require (
-	github.com/google/go-cmp v0.7.0 // indirect
-	go.uber.org/goleak v1.3.0 // indirect
+	github.com/google/go-cmp v0.7.0
+	github.com/vmihailenco/msgpack/v5 v5.4.1
+	go.uber.org/zap v1.28.0
+)
+
+require (
+	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
 	go.uber.org/multierr v1.10.0 // indirect
-	go.uber.org/zap v1.28.0 // indirect
 )

@@ -4,31 +4,9 @@ package protocol
 // that transports, backends and the worker can be written against it in
 // parallel. Each function moves to its own file when implemented.
 
-import (
-	"errors"
-	"time"
-)
+import "errors"
 
 var errNotImplemented = errors.New("protocol: not implemented yet")
-
-// Value types beyond JSON's, from kombu's typed JSON envelopes
-// ({"__type__": ..., "__value__": ...}) and msgpack.
-type (
-	// Date is a calendar date (Python datetime.date).
-	Date struct {
-		Year  int
-		Month time.Month
-		Day   int
-	}
-	// TimeOfDay is a wall-clock time without a date (Python datetime.time).
-	TimeOfDay struct {
-		Hour, Minute, Second, Nanosecond int
-	}
-	// Decimal is a decimal number kept as its exact text (Python Decimal).
-	Decimal string
-	// UUID is a 16-byte UUID (Python uuid.UUID).
-	UUID [16]byte
-)
 
 // DeliveryInfo is the kombu Redis envelope's properties.delivery_info.
 type DeliveryInfo struct {
@@ -56,28 +34,6 @@ func DecodeTask(m *Message, opts DecodeOptions) (*TaskMessage, error) { return n
 // EncodeTask encodes t as a protocol v2 message.
 func EncodeTask(t *TaskMessage, opts EncodeOptions) (*Message, error) { return nil, errNotImplemented }
 
-// ParseTime parses an ISO 8601 time as Celery writes it; naive values are UTC.
-func ParseTime(s string) (time.Time, error) { return time.Time{}, errNotImplemented }
-
-// FormatTime formats t as Python's datetime.isoformat() does.
-func FormatTime(t time.Time) string { return "" }
-
-// Marshal serializes v with the serializer for contentType.
-func Marshal(contentType string, v any) ([]byte, error) { return nil, errNotImplemented }
-
-// Unmarshal deserializes data with the serializer for contentType.
-func Unmarshal(contentType string, data []byte, opts DecodeOptions) (any, error) {
-	return nil, errNotImplemented
-}
-
-// Compress compresses data with the compression named by its MIME type.
-func Compress(mime string, data []byte) ([]byte, error) { return nil, errNotImplemented }
-
-// Decompress decompresses data; the output may not exceed maxSize bytes.
-func Decompress(mime string, data []byte, maxSize int) ([]byte, error) {
-	return nil, errNotImplemented
-}
-
 // EncodeEnvelope encodes e as kombu's Redis JSON envelope.
 func EncodeEnvelope(e *Envelope) ([]byte, error) { return nil, errNotImplemented }
 
@@ -103,13 +59,3 @@ func DecodeSignature(v any) (Signature, error) { return Signature{}, errNotImple
 
 // Value returns s as the dict Celery serializes.
 func (s Signature) Value() map[string]any { return nil }
-
-// Bind converts a decoded value into the Go value dst points to.
-func Bind(src any, dst any) error { return errNotImplemented }
-
-// BindArgs binds positional arguments into the values dst point to, in order.
-func BindArgs(args []any, dst ...any) error { return errNotImplemented }
-
-// Repr renders v as Python's repr() would (for argsrepr, kwargsrepr and
-// events).
-func Repr(v any) string { return "" }
