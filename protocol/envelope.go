@@ -1,0 +1,324 @@
+package protocol
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+)
+
+// Envelope keys and the property keys Envelope and Properties model
+// (kombu/transport/virtual/base.py prepare_message and
+// _inplace_augment_message).
+const (
+	envBody            = "body"
+	envContentEncoding = "content-encoding"
+	envContentType     = "content-type"
+	envHeaders         = "headers"
+	envProperties      = "properties"
+
+	propCorrelationID = "correlation_id"
+	propReplyTo       = "reply_to"
+	propDeliveryMode  = "delivery_mode"
+	propPriority      = "priority"
+	propExpiration    = "expiration"
+	propDeliveryInfo  = "delivery_info"
+	propBodyEncoding  = "body_encoding"
+	propDeliveryTag   = "delivery_tag"
+
+	// BodyEncodingBase64 is kombu's default Envelope.BodyEncoding.
+	BodyEncodingBase64 = "base64"
+)
+
+func isEnvelopeProperty(k string) bool {
+	switch k {
+	case propCorrelationID, propReplyTo, propDeliveryMode, propPriority, propExpiration,
+		propDeliveryInfo, propBodyEncoding, propDeliveryTag:
+		return true
+	}
+	return false
+}
+
+// EncodeEnvelope encodes e as kombu's Redis JSON envelope, with kombu's key
+// order:
+//
+//	{"body": "<base64>", "content-encoding": ..., "content-type": ...,
+//	 "headers": {...}, "properties": {"correlation_id", "reply_to", <Extra>,
+//	 "delivery_mode", "expiration", "delivery_info": {"exchange",
+//	 "routing_key"[, "redelivered"]}, "priority", "body_encoding",
+//	 "delivery_tag"}}
+//
+// correlation_id, reply_to, expiration and delivery_mode are written only
+// when set, priority always (kombu does), redelivered only when true (kombu
+// adds it when it restores a message). e.BodyEncoding is "base64" or ""
+// (the body is then written as a string and must be valid UTF-8).
+// DeliveryTag may not be empty: kombu's consumers key their unacked
+// bookkeeping by it. Properties.Extra may not repeat a modelled property.
+func EncodeEnvelope(e *Envelope) ([]byte, error) {
+	if e == nil {
+		return nil, errors.New("protocol: encode envelope: nil envelope")
+	}
+	if e.DeliveryTag == "" {
+		return nil, errors.New("protocol: encode envelope: empty delivery tag")
+	}
+	m := &e.Message
+	var body string
+	switch e.BodyEncoding {
+	case BodyEncodingBase64:
+		body = base64.StdEncoding.EncodeToString(m.Body)
+	case "":
+		if !utf8.Valid(m.Body) {
+			return nil, errors.New("protocol: encode envelope: raw body is not valid UTF-8; use base64")
+		}
+		body = string(m.Body)
+	default:
+		return nil, fmt.Errorf("protocol: encode envelope: unsupported body encoding %q", e.BodyEncoding)
+	}
+	p := &m.Properties
+	for k := range p.Extra {
+		if isEnvelopeProperty(k) {
+			return nil, fmt.Errorf("protocol: encode envelope: property %q is set through a field, not Extra", k)
+		}
+	}
+
+	props := newOrderedObject(ContentTypeJSON, 10+len(p.Extra))
+	var err error
+	add := func(key string, v any) {
+		if err == nil {
+			err = props.add(key, v)
+		}
+	}
+	if p.CorrelationID != "" {
+		add(propCorrelationID, p.CorrelationID)
+	}
+	if p.ReplyTo != "" {
+		add(propReplyTo, p.ReplyTo)
+	}
+	extra := make([]string, 0, len(p.Extra))
+	for k := range p.Extra {
+		extra = append(extra, k)
+	}
+	slices.Sort(extra)
+	for _, k := range extra {
+		add(k, p.Extra[k])
+	}
+	if p.DeliveryMode != 0 {
+		add(propDeliveryMode, int64(p.DeliveryMode))
+	}
+	if p.Expiration != "" {
+		add(propExpiration, p.Expiration)
+	}
+	di := newOrderedObject(ContentTypeJSON, 3)
+	if err = di.add("exchange", e.DeliveryInfo.Exchange); err == nil {
+		err = di.add("routing_key", e.DeliveryInfo.RoutingKey)
+	}
+	if err == nil && e.DeliveryInfo.Redelivered {
+		err = di.add("redelivered", true)
+	}
+	var diRaw []byte
+	if err == nil {
+		diRaw, err = di.bytes()
+	}
+	if err == nil {
+		err = props.addRaw(propDeliveryInfo, diRaw)
+	}
+	add(propPriority, int64(p.Priority))
+	if e.BodyEncoding != "" {
+		add(propBodyEncoding, e.BodyEncoding)
+	}
+	add(propDeliveryTag, e.DeliveryTag)
+	var propsRaw []byte
+	if err == nil {
+		propsRaw, err = props.bytes()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("protocol: encode envelope properties: %w", err)
+	}
+
+	headers := m.Headers
+	if headers == nil {
+		headers = map[string]any{}
+	}
+	doc := newOrderedObject(ContentTypeJSON, 5)
+	add = func(key string, v any) {
+		if err == nil {
+			err = doc.add(key, v)
+		}
+	}
+	add(envBody, body)
+	add(envContentEncoding, nullIfEmpty(m.ContentEncoding))
+	add(envContentType, nullIfEmpty(m.ContentType))
+	add(envHeaders, headers)
+	if err == nil {
+		err = doc.addRaw(envProperties, propsRaw)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("protocol: encode envelope: %w", err)
+	}
+	return doc.bytes()
+}
+
+// envelopeLimit bounds the whole envelope document: the body may be
+// MaxBodySize bytes after base64 decoding, so the document may be a third
+// larger than that, plus headers and properties.
+func envelopeLimit(bodyMax int) int {
+	const overhead = 1 << 20
+	if bodyMax > (math.MaxInt-overhead)/2 {
+		return math.MaxInt
+	}
+	return 2*bodyMax + overhead
+}
+
+// DecodeEnvelope decodes a kombu Redis JSON envelope: the item of a kombu
+// Redis list, an entry of the unacked hash, or a message published on a
+// kombu fanout channel. The body is base64-decoded (when
+// properties.body_encoding is "base64") but not deserialized; pass
+// Envelope.Message to [DecodeTask]. Properties this package does not model
+// (Celery 5.2 leaks "origin" and "replaced_task_nesting" into them) are
+// kept in Message.Properties.Extra; unknown keys of delivery_info are
+// ignored.
+//
+// The body may be at most opts.MaxBodySize bytes after base64 decoding
+// (error wrapping ErrTooLarge), the document at most about twice that;
+// opts.Accept does not apply (the envelope is always JSON). Malformed
+// input fails with a *DecodeError naming the key.
+func DecodeEnvelope(data []byte, opts DecodeOptions) (*Envelope, error) {
+	limit := bodyLimit(opts)
+	docOpts := DecodeOptions{MaxBodySize: envelopeLimit(limit), MaxDepth: opts.MaxDepth}
+	if len(data) > docOpts.MaxBodySize {
+		return nil, &DecodeError{Field: "envelope", Err: fmt.Errorf("%w: %d bytes", ErrTooLarge, len(data))}
+	}
+	v, err := Unmarshal(ContentTypeJSON, data, docOpts)
+	if err != nil {
+		return nil, &DecodeError{Field: "envelope", Err: err}
+	}
+	doc, ok := v.(map[string]any)
+	if !ok {
+		return nil, fieldTypeError("envelope", "an object", v)
+	}
+	e := &Envelope{}
+	m := &e.Message
+	if m.ContentType, err = optionalString(doc, envContentType); err != nil {
+		return nil, err
+	}
+	if m.ContentEncoding, err = optionalString(doc, envContentEncoding); err != nil {
+		return nil, err
+	}
+	switch h := doc[envHeaders].(type) {
+	case nil:
+	case map[string]any:
+		m.Headers = h
+	default:
+		return nil, fieldTypeError(envHeaders, "an object", h)
+	}
+	var props map[string]any
+	switch p := doc[envProperties].(type) {
+	case nil:
+	case map[string]any:
+		props = p
+	default:
+		return nil, fieldTypeError(envProperties, "an object", p)
+	}
+	if err := e.setProperties(props); err != nil {
+		return nil, err
+	}
+
+	rawBody, ok := doc[envBody].(string)
+	if !ok {
+		return nil, fieldTypeError(envBody, "a string", doc[envBody])
+	}
+	switch e.BodyEncoding {
+	case BodyEncodingBase64:
+		if base64.StdEncoding.DecodedLen(len(rawBody)) > limit+3 {
+			return nil, &DecodeError{Field: envBody, Err: fmt.Errorf("%w: base64 body of %d bytes exceeds %d decoded", ErrTooLarge, len(rawBody), limit)}
+		}
+		m.Body, err = base64.StdEncoding.DecodeString(rawBody)
+		if err != nil {
+			// kombu's b64decode tolerates missing padding.
+			var rawErr error
+			if m.Body, rawErr = base64.RawStdEncoding.DecodeString(rawBody); rawErr != nil {
+				return nil, &DecodeError{Field: envBody, Err: err}
+			}
+		}
+	case "":
+		m.Body = []byte(rawBody)
+	default:
+		return nil, &DecodeError{Field: "properties.body_encoding", Err: fmt.Errorf("unsupported body encoding %q", e.BodyEncoding)}
+	}
+	if len(m.Body) > limit {
+		return nil, &DecodeError{Field: envBody, Err: fmt.Errorf("%w: %d bytes exceed %d", ErrTooLarge, len(m.Body), limit)}
+	}
+	return e, nil
+}
+
+func (e *Envelope) setProperties(props map[string]any) error {
+	p := &e.Message.Properties
+	strs := []struct {
+		key string
+		dst *string
+	}{
+		{propCorrelationID, &p.CorrelationID}, {propReplyTo, &p.ReplyTo},
+		{propBodyEncoding, &e.BodyEncoding}, {propDeliveryTag, &e.DeliveryTag},
+	}
+	var err error
+	for _, s := range strs {
+		if *s.dst, err = stringField(props[s.key], "properties."+s.key); err != nil {
+			return err
+		}
+	}
+	if v := props[propDeliveryMode]; v != nil {
+		n, ok := int64Value(v)
+		if !ok || n < 0 || n > math.MaxUint8 {
+			return fieldTypeError("properties."+propDeliveryMode, "an integer 0..255", v)
+		}
+		p.DeliveryMode = uint8(n)
+	}
+	if v := props[propPriority]; v != nil {
+		if p.Priority, err = intValue("properties."+propPriority, v); err != nil {
+			return err
+		}
+	}
+	switch x := props[propExpiration].(type) {
+	case nil:
+	case string:
+		p.Expiration = x
+	default:
+		n, ok := int64Value(x)
+		if !ok {
+			return fieldTypeError("properties."+propExpiration, "a string of milliseconds", x)
+		}
+		p.Expiration = strconv.FormatInt(n, 10)
+	}
+	switch di := props[propDeliveryInfo].(type) {
+	case nil:
+	case map[string]any:
+		if e.DeliveryInfo.Exchange, err = stringField(di["exchange"], "properties.delivery_info.exchange"); err != nil {
+			return err
+		}
+		if e.DeliveryInfo.RoutingKey, err = stringField(di["routing_key"], "properties.delivery_info.routing_key"); err != nil {
+			return err
+		}
+		switch r := di["redelivered"].(type) {
+		case nil:
+		case bool:
+			e.DeliveryInfo.Redelivered = r
+		default:
+			return fieldTypeError("properties.delivery_info.redelivered", "a bool", r)
+		}
+	default:
+		return fieldTypeError("properties."+propDeliveryInfo, "an object", di)
+	}
+	for k, v := range props {
+		if isEnvelopeProperty(k) {
+			continue
+		}
+		if p.Extra == nil {
+			p.Extra = make(map[string]any)
+		}
+		p.Extra[k] = v
+	}
+	return nil
+}
