@@ -1,0 +1,254 @@
+package transporttest_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/celeriac/celeriac/protocol"
+	"github.com/celeriac/celeriac/transport"
+	"github.com/celeriac/celeriac/transport/memory"
+	"github.com/celeriac/celeriac/transport/transporttest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// TestFaultyConformance: with no fault set, the wrapper is transparent.
+func TestFaultyConformance(t *testing.T) {
+	b := memory.NewBroker()
+	transporttest.Run(t, func(testing.TB) transport.Transport {
+		return transporttest.NewFaulty(memory.New(memory.Config{Broker: b}))
+	}, transporttest.Features{
+		Priority:          transporttest.PriorityHigherFirst,
+		RequeueAtHead:     true,
+		ExtraProperties:   true,
+		RejectDeadLetters: true,
+		DeadLetterReason:  true,
+		DeadLetterQueueArguments: func(string) map[string]any {
+			return map[string]any{memory.ArgDeadLetterExchange: "dlx"}
+		},
+		Topics: transporttest.TopicAMQP,
+		Quiet:  50 * time.Millisecond,
+	})
+}
+
+func newFaulty(t *testing.T) (*transporttest.Faulty, transport.Consumer) {
+	t.Helper()
+	ft := transporttest.NewFaulty(memory.New(memory.Config{}))
+	t.Cleanup(func() { _ = ft.Close() })
+	c, err := ft.Consume(t.Context(), []transport.Queue{{Name: "q"}}, transport.ConsumeOptions{Prefetch: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ft, c
+}
+
+func pub(id string) *transport.Publishing {
+	return &transport.Publishing{RoutingKey: "q", Message: protocol.Message{Headers: map[string]any{"id": id}}}
+}
+
+func recv(t *testing.T, ch <-chan *transport.Delivery) *transport.Delivery {
+	t.Helper()
+	select {
+	case d, ok := <-ch:
+		if !ok {
+			t.Fatal("Deliveries closed")
+		}
+		return d
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery")
+	}
+	return nil
+}
+
+func TestFaultyFailNextPublish(t *testing.T) {
+	ft, c := newFaulty(t)
+	boom := errors.New("nack")
+	ft.FailNext(transporttest.OpPublish, 2, boom)
+	for i := range 2 {
+		if err := ft.Publish(t.Context(), pub("x")); !errors.Is(err, boom) {
+			t.Fatalf("publish %d: %v, want the injected error", i, err)
+		}
+	}
+	if n, _ := ft.Len(t.Context(), "q"); n != 0 {
+		t.Fatalf("failed publishes published %d messages", n)
+	}
+	if err := ft.Publish(t.Context(), pub("ok")); err != nil {
+		t.Fatalf("third publish: %v", err)
+	}
+	if d := recv(t, c.Deliveries()); d.Message.Headers["id"] != "ok" {
+		t.Errorf("got %v", d.Message.Headers["id"])
+	}
+	if got := ft.Calls(transporttest.OpPublish); got != 3 {
+		t.Errorf("Calls(publish) = %d, want 3", got)
+	}
+}
+
+func TestFaultyAckFaultLeavesUnsettled(t *testing.T) {
+	ft, c := newFaulty(t)
+	if err := ft.Publish(t.Context(), pub("a")); err != nil {
+		t.Fatal(err)
+	}
+	d := recv(t, c.Deliveries())
+	var seen []transporttest.Op
+	ft.SetFault(transporttest.OpAck, func(call transporttest.Call) error {
+		seen = append(seen, call.Op)
+		if call.Delivery != d {
+			t.Errorf("fault function got delivery %p, want %p", call.Delivery, d)
+		}
+		return transport.ErrStaleDelivery
+	})
+	if err := d.Ack(t.Context()); !errors.Is(err, transport.ErrStaleDelivery) || !errors.Is(err, transport.ErrStaleDelivery) {
+		t.Fatalf("Ack: %v, want the injected ErrStaleDelivery", err)
+	}
+	ft.SetFault(transporttest.OpAck, nil)
+	// The failed ack did not settle: settling again works, once.
+	if err := d.Reject(t.Context(), true); err != nil {
+		t.Fatalf("Reject after a failed Ack: %v", err)
+	}
+	d2 := recv(t, c.Deliveries())
+	if !d2.Redelivered {
+		t.Error("requeued message not marked redelivered")
+	}
+	if err := d2.Ack(t.Context()); err != nil {
+		t.Fatalf("Ack: %v", err)
+	}
+	if err := d2.Ack(t.Context()); !errors.Is(err, transport.ErrAlreadyAcknowledged) {
+		t.Fatalf("second Ack: %v", err)
+	}
+	if len(seen) != 1 {
+		t.Errorf("fault function called %d times, want 1", len(seen))
+	}
+}
+
+func TestFaultyFailNextDeadLetterAndReject(t *testing.T) {
+	ft, c := newFaulty(t)
+	for _, id := range []string{"a", "b"} {
+		if err := ft.Publish(t.Context(), pub(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ft.FailNext(transporttest.OpDeadLetter, 1, nil)
+	ft.FailNext(transporttest.OpReject, 1, nil)
+	d := recv(t, c.Deliveries())
+	if err := d.DeadLetter(t.Context(), transport.DeadLetterReason{Reason: "permanent"}); !errors.Is(err, transporttest.ErrInjected) {
+		t.Fatalf("DeadLetter: %v, want ErrInjected", err)
+	}
+	if err := d.Reject(t.Context(), false); !errors.Is(err, transporttest.ErrInjected) {
+		t.Fatalf("Reject: %v, want ErrInjected", err)
+	}
+	if err := d.DeadLetter(t.Context(), transport.DeadLetterReason{Reason: "permanent"}); err != nil {
+		t.Fatalf("second DeadLetter: %v", err)
+	}
+	dead, err := ft.DeadLetters(t.Context(), "q", 0)
+	if err != nil || len(dead) != 1 {
+		t.Fatalf("DeadLetters = %d, %v; want 1", len(dead), err)
+	}
+}
+
+func TestFaultyPause(t *testing.T) {
+	ft, c := newFaulty(t)
+	ft.Pause()
+	if !ft.Paused() {
+		t.Fatal("Paused() = false after Pause")
+	}
+
+	// Publishing waits through the outage, bounded by its context.
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() { errc <- ft.Publish(ctx, pub("during")) }()
+	select {
+	case err := <-errc:
+		t.Fatalf("Publish returned during the outage: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Publish with a cancelled context: %v, want context.Canceled", err)
+	}
+
+	// Deliveries already at the broker are held.
+	if err := ft.Unwrap().Publish(t.Context(), pub("held")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-c.Deliveries():
+		t.Fatalf("delivery %v during the outage", d.Message.Headers["id"])
+	case <-time.After(50 * time.Millisecond):
+	}
+	go func() { errc <- ft.Publish(t.Context(), pub("after")) }()
+	ft.Resume()
+	if err := <-errc; err != nil {
+		t.Fatalf("Publish waiting through the outage: %v", err)
+	}
+	for _, want := range []string{"held", "after"} {
+		d := recv(t, c.Deliveries())
+		if d.Message.Headers["id"] != want {
+			t.Errorf("got %v, want %s", d.Message.Headers["id"], want)
+		}
+		if err := d.Ack(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestFaultyCloseDuringOutage: Close ends waiting publishes and held
+// deliveries; the held delivery goes back to the broker.
+func TestFaultyCloseDuringOutage(t *testing.T) {
+	b := memory.NewBroker()
+	ft := transporttest.NewFaulty(memory.New(memory.Config{Broker: b}))
+	c, err := ft.Consume(t.Context(), []transport.Queue{{Name: "q"}}, transport.ConsumeOptions{Prefetch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ft.Pause()
+	if err := ft.Unwrap().Publish(t.Context(), pub("held")); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- ft.Publish(t.Context(), pub("waiting")) }()
+	// Wait until the forwarder holds the message.
+	for b.Stats().Unacked != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := ft.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-errc; !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("Publish waiting when Close came: %v, want ErrClosed", err)
+	}
+	if _, ok := <-c.Deliveries(); ok {
+		t.Error("a held delivery was handed out after Close")
+	}
+	if s := b.Stats(); s.Ready != 1 || s.Unacked != 0 {
+		t.Errorf("after Close the broker has %+v; want the held message ready again", s)
+	}
+	if err := ft.Publish(t.Context(), pub("late")); !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("Publish after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestFaultyConsumeFault(t *testing.T) {
+	ft := transporttest.NewFaulty(memory.New(memory.Config{}))
+	defer ft.Close()
+	ft.FailNext(transporttest.OpConsume, 1, nil)
+	if _, err := ft.Consume(t.Context(), []transport.Queue{{Name: "q"}}, transport.ConsumeOptions{}); !errors.Is(err, transporttest.ErrInjected) {
+		t.Fatalf("Consume: %v, want ErrInjected", err)
+	}
+	ft.FailNext(transporttest.OpSubscribe, 1, nil)
+	if _, err := ft.Subscribe(t.Context(), transport.Broadcast{Exchange: "x"}); !errors.Is(err, transporttest.ErrInjected) {
+		t.Fatalf("Subscribe: %v, want ErrInjected", err)
+	}
+	s, err := ft.Subscribe(t.Context(), transport.Broadcast{Exchange: "x"})
+	if err != nil {
+		t.Fatalf("Subscribe after the fault: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
