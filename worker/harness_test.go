@@ -1,0 +1,133 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	membackend "github.com/celeriac/celeriac/backend/memory"
+	"github.com/celeriac/celeriac/protocol"
+	"github.com/celeriac/celeriac/transport/memory"
+	"github.com/celeriac/celeriac/worker"
+)
+
+// harness runs a worker on the in-memory transport and backend.
+type harness struct {
+	t    testing.TB
+	tr   *memory.Transport
+	be   *membackend.Backend
+	mux  *worker.Mux
+	w    *worker.Worker
+	prod *worker.Producer
+	cfg  worker.Config
+
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func newHarness(t testing.TB, cfg worker.Config) *harness {
+	t.Helper()
+	h := &harness{t: t, tr: memory.New(memory.Config{}), be: membackend.New(), mux: worker.NewMux()}
+	if cfg.Logger == nil {
+		cfg.Logger = zaptest.NewLogger(t)
+	}
+	if cfg.Backend == nil {
+		cfg.Backend = h.be
+	}
+	if len(cfg.Queues) == 0 {
+		cfg.Queues = []string{"q"}
+	}
+	h.cfg = cfg
+	h.prod = worker.NewProducer(h.tr, worker.ProducerConfig{DefaultQueue: cfg.Queues[0]})
+	t.Cleanup(func() {
+		h.stop()
+		h.tr.Close()
+		h.be.Close()
+	})
+	return h
+}
+
+// start creates and runs the worker.
+func (h *harness) start() {
+	h.t.Helper()
+	w, err := worker.New(h.tr, h.mux, h.cfg)
+	if err != nil {
+		h.t.Fatalf("worker.New: %v", err)
+	}
+	h.w = w
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	h.done = make(chan error, 1)
+	go func() { h.done <- w.Run(ctx) }()
+}
+
+// stop shuts the worker down gracefully and returns Run's error.
+func (h *harness) stop() error {
+	if h.cancel == nil {
+		return nil
+	}
+	h.cancel()
+	h.cancel = nil
+	select {
+	case err := <-h.done:
+		return err
+	case <-time.After(60 * time.Second):
+		h.t.Fatalf("worker did not stop")
+		return nil
+	}
+}
+
+func (h *harness) send(name string, args []any, kwargs map[string]any, opts ...worker.SendOption) string {
+	h.t.Helper()
+	id, err := h.prod.SendTask(context.Background(), name, args, kwargs, opts...)
+	if err != nil {
+		h.t.Fatalf("SendTask(%s): %v", name, err)
+	}
+	return id
+}
+
+// wait waits for a ready state of id.
+func (h *harness) wait(id string) *protocol.ResultMeta {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m, err := h.be.Wait(ctx, id)
+	if err != nil {
+		h.t.Fatalf("waiting for %s: %v", id, err)
+	}
+	return m
+}
+
+// eventually polls cond until it holds or the test times out.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func exc(t testing.TB, m *protocol.ResultMeta) *protocol.ExceptionInfo {
+	t.Helper()
+	ex, ok := m.Result.(*protocol.ExceptionInfo)
+	if !ok {
+		t.Fatalf("result of %s (%s) is %T %v, want *ExceptionInfo", m.TaskID, m.Status, m.Result, m.Result)
+	}
+	return ex
+}
+
+func add(ctx context.Context, t *worker.Task) (any, error) {
+	var a, b int64
+	if err := t.Bind(&a, &b); err != nil {
+		return nil, err
+	}
+	return a + b, nil
+}
+
+var errBoom = errors.New("boom")

@@ -1,0 +1,428 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/celeriac/celeriac/protocol"
+	"github.com/celeriac/celeriac/retry"
+	"github.com/celeriac/celeriac/transport"
+	"github.com/celeriac/celeriac/worker"
+)
+
+func TestSuccessStoresResult(t *testing.T) {
+	h := newHarness(t, worker.Config{ResultExtended: true})
+	h.mux.HandleFunc("tasks.add", add)
+	h.start()
+	id := h.send("tasks.add", []any{int64(2), int64(3)}, nil)
+	m := h.wait(id)
+	if m.Status != protocol.StateSuccess || m.Result != int64(5) {
+		t.Fatalf("got %s %v, want SUCCESS 5", m.Status, m.Result)
+	}
+	if m.DateDone.IsZero() || m.Name != "tasks.add" || m.Worker != h.w.Hostname() || m.Queue != "q" {
+		t.Errorf("extended fields: date_done=%v name=%q worker=%q queue=%q", m.DateDone, m.Name, m.Worker, m.Queue)
+	}
+}
+
+func TestBindErrorIsTypeErrorAndNotRetried(t *testing.T) {
+	h := newHarness(t, worker.Config{Retry: retry.Policy{AutoRetryFor: []retry.Matcher{retry.OnAny()}}})
+	h.mux.HandleFunc("tasks.add", add, worker.AcksLate(true))
+	h.start()
+	id := h.send("tasks.add", []any{"two", int64(3)}, nil)
+	m := h.wait(id)
+	if m.Status != protocol.StateFailure || exc(t, m).Type != "TypeError" {
+		t.Fatalf("got %s %+v, want FAILURE TypeError", m.Status, m.Result)
+	}
+}
+
+func TestUnknownTaskIsDeadLetteredWithFailure(t *testing.T) {
+	h := newHarness(t, worker.Config{})
+	h.mux.HandleFunc("tasks.add", add)
+	h.start()
+	id := h.send("tasks.nope", nil, nil)
+	m := h.wait(id)
+	ex := exc(t, m)
+	if m.Status != protocol.StateFailure || ex.Type != "NotRegistered" || ex.Module != "celery.exceptions" {
+		t.Fatalf("got %s %+v", m.Status, ex)
+	}
+	dead := waitDead(t, h, "q", 1)
+	if dead[0].Reason.Reason != "not-registered" || dead[0].Reason.TaskID != id {
+		t.Fatalf("dead letter reason = %+v", dead[0].Reason)
+	}
+	// The worker keeps working.
+	if m := h.wait(h.send("tasks.add", []any{int64(1), int64(1)}, nil)); m.Result != int64(2) {
+		t.Fatalf("after an unknown task: %v", m.Result)
+	}
+}
+
+func waitDead(t *testing.T, h *harness, queue string, n int) []transport.DeadMessage {
+	t.Helper()
+	var dead []transport.DeadMessage
+	eventually(t, "dead letters", func() bool {
+		var err error
+		dead, err = h.tr.DeadLetters(context.Background(), queue, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(dead) >= n
+	})
+	return dead
+}
+
+func TestPoisonMessagesAreDeadLettered(t *testing.T) {
+	h := newHarness(t, worker.Config{MaxMessageSize: 1 << 20})
+	h.mux.HandleFunc("tasks.add", add)
+	h.start()
+	base := protocol.Message{
+		ContentType: protocol.ContentTypeJSON, ContentEncoding: "utf-8",
+		Headers: map[string]any{"task": "tasks.add", "id": "poison-1", "lang": "py"},
+		Body:    []byte(`[[1, 2], {}, null]`),
+	}
+	cases := map[string]func(m *protocol.Message){
+		"invalid json": func(m *protocol.Message) { m.Body = []byte(`[[1, 2], {`) },
+		"pickle":       func(m *protocol.Message) { m.ContentType = protocol.ContentTypePickle; m.Body = []byte{0x80, 0x04} },
+		"unknown type": func(m *protocol.Message) { m.ContentType = "application/x-foo" },
+		"compression":  func(m *protocol.Message) { m.Headers["compression"] = "application/x-snappy" },
+		"no id":        func(m *protocol.Message) { delete(m.Headers, "id") },
+		"too large":    func(m *protocol.Message) { m.Body = []byte(`[["` + strings.Repeat("x", 2<<20) + `"], {}, null]`) },
+		"kwargs list":  func(m *protocol.Message) { m.Body = []byte(`[[1, 2], [3], null]`) },
+		"bad eta":      func(m *protocol.Message) { m.Headers["eta"] = "tomorrow" },
+		"deep":         func(m *protocol.Message) { m.Body = []byte("[" + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + ", {}, null]") },
+	}
+	for name, mutate := range cases {
+		m := base
+		m.Headers = map[string]any{}
+		for k, v := range base.Headers {
+			m.Headers[k] = v
+		}
+		m.Headers["id"] = "poison-" + strings.ReplaceAll(name, " ", "-")
+		if name == "no id" {
+			delete(m.Headers, "id")
+		}
+		mutate(&m)
+		if err := h.tr.Publish(context.Background(), &transport.Publishing{RoutingKey: "q", Message: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dead := waitDead(t, h, "q", len(cases))
+	reasons := map[string]bool{}
+	for _, d := range dead {
+		if d.Reason.Reason == "" || d.Reason.Error == "" {
+			t.Errorf("dead letter without a reason: %+v", d.Reason)
+		}
+		reasons[d.Reason.Reason] = true
+	}
+	for _, want := range []string{"content-type", "compression", "too-large", "too-deep", "invalid"} {
+		if !reasons[want] {
+			t.Errorf("no dead letter with reason %q (got %v)", want, reasons)
+		}
+	}
+	// A poison message with an id gets a FAILURE a Python client can read.
+	m := h.wait("poison-pickle")
+	if m.Status != protocol.StateFailure {
+		t.Errorf("poison-pickle state %s", m.Status)
+	}
+	if m := h.wait(h.send("tasks.add", []any{int64(1), int64(2)}, nil)); m.Result != int64(3) {
+		t.Fatalf("worker stuck after poison: %v", m.Result)
+	}
+}
+
+func TestPanicIsRecoveredIntoFailure(t *testing.T) {
+	h := newHarness(t, worker.Config{})
+	h.mux.HandleFunc("tasks.panic", func(ctx context.Context, t *worker.Task) (any, error) { panic("kaboom") })
+	h.mux.HandleFunc("tasks.add", add)
+	h.start()
+	m := h.wait(h.send("tasks.panic", nil, nil))
+	if m.Status != protocol.StateFailure || exc(t, m).Type != "RuntimeError" {
+		t.Fatalf("got %s %+v", m.Status, m.Result)
+	}
+	if !strings.Contains(m.Traceback, "kaboom") || !strings.Contains(m.Traceback, "worker_test.go") {
+		t.Errorf("traceback lacks the panic value or stack:\n%s", m.Traceback)
+	}
+	if m := h.wait(h.send("tasks.add", []any{int64(1), int64(2)}, nil)); m.Result != int64(3) {
+		t.Fatalf("worker stuck after panic: %v", m.Result)
+	}
+}
+
+func TestChosenExceptionType(t *testing.T) {
+	h := newHarness(t, worker.Config{})
+	h.mux.HandleFunc("tasks.fail", func(ctx context.Context, t *worker.Task) (any, error) {
+		return nil, worker.NewException("ValueError", "bad thing")
+	})
+	h.mux.HandleFunc("tasks.plain", func(ctx context.Context, t *worker.Task) (any, error) {
+		return nil, errBoom
+	})
+	h.start()
+	m := h.wait(h.send("tasks.fail", nil, nil))
+	if ex := exc(t, m); ex.Type != "ValueError" || ex.Module != "builtins" || len(ex.Message) != 1 || ex.Message[0] != "bad thing" {
+		t.Fatalf("got %+v", ex)
+	}
+	if !strings.HasSuffix(m.Traceback, "ValueError: bad thing\n") {
+		t.Errorf("traceback tail: %q", m.Traceback)
+	}
+	m = h.wait(h.send("tasks.plain", nil, nil))
+	if ex := exc(t, m); ex.Type != "Exception" || ex.Message[0] != "boom" {
+		t.Fatalf("plain error: %+v", ex)
+	}
+}
+
+func TestCountdownStartsNoEarlier(t *testing.T) {
+	h := newHarness(t, worker.Config{})
+	var started atomic.Int64
+	h.mux.HandleFunc("tasks.stamp", func(ctx context.Context, t *worker.Task) (any, error) {
+		started.Store(time.Now().UnixNano())
+		return nil, nil
+	})
+	h.start()
+	sent := time.Now()
+	id := h.send("tasks.stamp", nil, nil, worker.Countdown(300*time.Millisecond))
+	h.wait(id)
+	if got := time.Unix(0, started.Load()).Sub(sent); got < 300*time.Millisecond {
+		t.Fatalf("countdown=300ms task started after %v", got)
+	}
+}
+
+func TestETATasksDoNotBlockOthers(t *testing.T) {
+	// Prefetch 1 (concurrency 1, multiplier 1): without Celery's per-ETA
+	// prefetch increment the held task would starve the queue.
+	h := newHarness(t, worker.Config{Concurrency: 1, PrefetchMultiplier: 1})
+	h.mux.HandleFunc("tasks.add", add)
+	h.start()
+	var later []string
+	for i := 0; i < 5; i++ {
+		later = append(later, h.send("tasks.add", []any{int64(i), int64(0)}, nil, worker.Countdown(time.Hour)))
+	}
+	if m := h.wait(h.send("tasks.add", []any{int64(1), int64(2)}, nil)); m.Result != int64(3) {
+		t.Fatalf("got %v", m.Result)
+	}
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Held ETA tasks go back to the broker on shutdown.
+	if n, _ := h.tr.Len(context.Background(), "q"); n != len(later) {
+		t.Fatalf("queue has %d messages after shutdown, want the %d held ones", n, len(later))
+	}
+}
+
+func TestExpiredTaskIsRevokedNotRun(t *testing.T) {
+	h := newHarness(t, worker.Config{})
+	var ran atomic.Bool
+	h.mux.HandleFunc("tasks.add", func(ctx context.Context, t *worker.Task) (any, error) {
+		ran.Store(true)
+		return nil, nil
+	})
+	h.start()
+	id := h.send("tasks.add", nil, nil, worker.Expires(time.Now().Add(-time.Second)))
+	m := h.wait(id)
+	if m.Status != protocol.StateRevoked || exc(t, m).Type != "TaskRevokedError" || exc(t, m).Message[0] != "expired" {
+		t.Fatalf("got %s %+v", m.Status, m.Result)
+	}
+	if ran.Load() {
+		t.Fatal("expired task ran")
+	}
+}
+
+func TestExplicitRetryThenSuccess(t *testing.T) {
+	h := newHarness(t, worker.Config{})
+	var attempts []int
+	var mu sync.Mutex
+	h.mux.HandleFunc("tasks.flaky", func(ctx context.Context, t *worker.Task) (any, error) {
+		mu.Lock()
+		attempts = append(attempts, t.Retries)
+		mu.Unlock()
+		if t.Retries < 2 {
+			return nil, retry.After(10*time.Millisecond, worker.NewException("KeyError", "boom"))
+		}
+		return "ok", nil
+	}, worker.AcksLate(true))
+	h.start()
+	id := h.send("tasks.flaky", nil, nil)
+	m := h.wait(id)
+	if m.Status != protocol.StateSuccess || m.Result != "ok" {
+		t.Fatalf("got %s %v", m.Status, m.Result)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(attempts) != 3 || attempts[0] != 0 || attempts[2] != 2 {
+		t.Fatalf("attempts (retries seen) = %v, want [0 1 2]", attempts)
+	}
+	if n, _ := h.tr.Len(context.Background(), "q"); n != 0 {
+		t.Fatalf("%d messages left", n)
+	}
+}
+
+func TestAutoRetryExhaustedFailsWithOriginalAndDeadLetters(t *testing.T) {
+	h := newHarness(t, worker.Config{})
+	var calls atomic.Int32
+	h.mux.HandleFunc("tasks.down", func(ctx context.Context, t *worker.Task) (any, error) {
+		calls.Add(1)
+		return nil, worker.AsException(errBoom, "ConnectionError")
+	}, worker.AcksLate(true), worker.Retry(retry.Policy{
+		AutoRetryFor: []retry.Matcher{retry.On(errBoom)},
+		MaxRetries:   retry.Limited(2),
+		Countdown:    retry.NoDelay,
+	}))
+	h.start()
+	id := h.send("tasks.down", nil, nil)
+	m := h.wait(id)
+	if m.Status != protocol.StateFailure || exc(t, m).Type != "ConnectionError" {
+		t.Fatalf("got %s %+v", m.Status, m.Result)
+	}
+	if calls.Load() != 3 {
+		t.Fatalf("ran %d times, want 3 (1 + 2 retries)", calls.Load())
+	}
+	dead := waitDead(t, h, "q", 1)
+	if dead[0].Reason.Reason != "max-retries" {
+		t.Fatalf("dead letter reason %+v", dead[0].Reason)
+	}
+	if r := dead[0].Message.Headers["retries"]; r != int64(2) {
+		t.Fatalf("dead message retries header = %v, want 2", r)
+	}
+}
+
+func TestPermanentErrorNotRetried(t *testing.T) {
+	h := newHarness(t, worker.Config{})
+	var calls atomic.Int32
+	h.mux.HandleFunc("tasks.bad", func(ctx context.Context, t *worker.Task) (any, error) {
+		calls.Add(1)
+		return nil, retry.Skip(errBoom)
+	}, worker.Retry(retry.Policy{AutoRetryFor: []retry.Matcher{retry.OnAny()}}))
+	h.start()
+	m := h.wait(h.send("tasks.bad", nil, nil))
+	if m.Status != protocol.StateFailure || calls.Load() != 1 {
+		t.Fatalf("got %s after %d calls", m.Status, calls.Load())
+	}
+}
+
+func TestSoftTimeLimitCancelsWithCause(t *testing.T) {
+	h := newHarness(t, worker.Config{})
+	causes := make(chan error, 1)
+	h.mux.HandleFunc("tasks.slow", func(ctx context.Context, t *worker.Task) (any, error) {
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return nil, ctx.Err()
+	}, worker.TimeLimit(0, 50*time.Millisecond))
+	h.start()
+	m := h.wait(h.send("tasks.slow", nil, nil))
+	if cause := <-causes; !errors.Is(cause, worker.ErrSoftTimeLimitExceeded) {
+		t.Fatalf("cause = %v", cause)
+	}
+	if ex := exc(t, m); ex.Type != "SoftTimeLimitExceeded" || ex.Module != "billiard.exceptions" {
+		t.Fatalf("got %+v", ex)
+	}
+}
+
+func TestHardTimeLimitFreesTheSlot(t *testing.T) {
+	h := newHarness(t, worker.Config{Concurrency: 1})
+	release := make(chan struct{})
+	h.mux.HandleFunc("tasks.stuck", func(ctx context.Context, t *worker.Task) (any, error) {
+		<-release // ignores ctx on purpose
+		return nil, nil
+	})
+	h.mux.HandleFunc("tasks.add", add)
+	h.start()
+	defer close(release)
+	id := h.send("tasks.stuck", nil, nil, worker.TimeLimits(100*time.Millisecond, 0))
+	m := h.wait(id)
+	if ex := exc(t, m); ex.Type != "TimeLimitExceeded" || ex.Module != "billiard.exceptions" {
+		t.Fatalf("got %+v", ex)
+	}
+	// Concurrency 1: the next task runs only if the slot was given back.
+	if m := h.wait(h.send("tasks.add", []any{int64(1), int64(2)}, nil)); m.Result != int64(3) {
+		t.Fatalf("got %v", m.Result)
+	}
+}
+
+func TestConcurrencyIsBounded(t *testing.T) {
+	const conc = 3
+	h := newHarness(t, worker.Config{Concurrency: conc})
+	var running, peak atomic.Int32
+	h.mux.HandleFunc("tasks.work", func(ctx context.Context, t *worker.Task) (any, error) {
+		n := running.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+		running.Add(-1)
+		return nil, nil
+	})
+	h.start()
+	var ids []string
+	for i := 0; i < 40; i++ {
+		ids = append(ids, h.send("tasks.work", nil, nil))
+	}
+	for _, id := range ids {
+		h.wait(id)
+	}
+	if p := peak.Load(); p > conc || p < 2 {
+		t.Fatalf("peak concurrency %d, want 2..%d", p, conc)
+	}
+}
+
+func TestGracefulShutdownFinishesRunningAndReturnsTheRest(t *testing.T) {
+	h := newHarness(t, worker.Config{Concurrency: 2, PrefetchMultiplier: 4})
+	started := make(chan struct{}, 100)
+	release := make(chan struct{})
+	var finished atomic.Int32
+	h.mux.HandleFunc("tasks.work", func(ctx context.Context, t *worker.Task) (any, error) {
+		started <- struct{}{}
+		<-release
+		finished.Add(1)
+		return nil, nil
+	}, worker.AcksLate(true))
+	h.start()
+	const total = 20
+	for i := 0; i < total; i++ {
+		h.send("tasks.work", nil, nil)
+	}
+	<-started
+	<-started
+	stopped := make(chan error, 1)
+	go func() { stopped <- h.stop() }()
+	// The two running tasks finish after the shutdown began.
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	n, _ := h.tr.Len(context.Background(), "q")
+	if int(finished.Load()) != 2 || n != total-2 {
+		t.Fatalf("finished %d, left on the broker %d; want 2 and %d", finished.Load(), n, total-2)
+	}
+}
+
+func TestRunTwice(t *testing.T) {
+	h := newHarness(t, worker.Config{})
+	h.mux.HandleFunc("tasks.add", add)
+	h.start()
+	h.wait(h.send("tasks.add", []any{int64(1), int64(1)}, nil)) // the first Run is running
+	if err := h.w.Run(context.Background()); !errors.Is(err, worker.ErrWorkerClosed) {
+		t.Fatalf("second Run = %v", err)
+	}
+}
+
+func TestMuxPanicsOnBadRegistration(t *testing.T) {
+	for name, f := range map[string]func(m *worker.Mux){
+		"empty name": func(m *worker.Mux) { m.HandleFunc("", add) },
+		"nil":        func(m *worker.Mux) { m.Handle("x", nil) },
+		"duplicate":  func(m *worker.Mux) { m.HandleFunc("x", add); m.HandleFunc("x", add) },
+		"bad rate":   func(m *worker.Mux) { m.HandleFunc("x", add, worker.RateLimit("ten/s")) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("no panic")
+				}
+			}()
+			f(worker.NewMux())
+		})
+	}
+}
