@@ -66,7 +66,7 @@ func TestBackoffIntervalMatchesCelery(t *testing.T) {
 
 func TestBackoffIntervalEdges(t *testing.T) {
 	const maxDur = time.Duration(math.MaxInt64)
-	maxDurSec := maxDur / time.Second * time.Second
+	maxWhole := maxDur / time.Second * time.Second
 	tests := []struct {
 		name    string
 		factor  int
@@ -77,9 +77,9 @@ func TestBackoffIntervalEdges(t *testing.T) {
 		{"retries 100 does not overflow", 1, 100, 600 * time.Second, 600 * time.Second},
 		{"retries MaxInt", 1, math.MaxInt, 600 * time.Second, 600 * time.Second},
 		{"factor MaxInt", math.MaxInt, 0, 600 * time.Second, 600 * time.Second},
-		{"factor and retries huge, cap huge", math.MaxInt, 62, maxDur, maxDurSec},
+		{"factor and retries huge, cap huge", math.MaxInt, 62, maxDur, maxWhole},
 		{"largest exact power below the cap", 1, 33, maxDur, (1 << 33) * time.Second},
-		{"first power above the cap", 1, 34, maxDur, maxDurSec},
+		{"first power above the cap", 1, 34, maxDur, maxWhole},
 		{"maximum truncated to whole seconds", 1, 10, 1500 * time.Millisecond, time.Second},
 		{"maximum below a second caps at zero", 1, 0, 999 * time.Millisecond, 0},
 		{"zero maximum", 5, 3, 0, 0},
