@@ -81,7 +81,7 @@ func TestDecide(t *testing.T) {
 	pathErr := &os.PathError{Op: "open", Path: "/x", Err: errTransient}
 	past := testNow.Add(-time.Minute)
 	future := testNow.Add(90*time.Second + 5*time.Millisecond)
-	def, unl := retry.Limit{}, retry.Unlimited()
+	def, unl := retry.Limited(retry.DefaultMaxRetries), retry.Unlimited()
 	mre := &retry.MaxRetriesExceededError{}
 
 	tests := []struct {
@@ -181,7 +181,7 @@ func TestDecide(t *testing.T) {
 		{"Later with a DefaultRetryDelay", retry.Policy{DefaultRetryDelay: 5 * time.Second}, retry.Later(nil), 0, nil,
 			retryIn(5*time.Second, nil, retry.ReasonExplicit, def)},
 		{"At in the future keeps the exact instant", retry.Policy{}, retry.At(future, errBadInput), 0, nil,
-			retry.Decision{Retry: true, Countdown: future.Sub(testNow), ETA: future, Err: errBadInput, Reason: retry.ReasonExplicit}},
+			retry.Decision{Retry: true, Countdown: future.Sub(testNow), ETA: future, Err: errBadInput, Reason: retry.ReasonExplicit, MaxRetries: def}},
 		{"At in the past: at once", retry.Policy{}, retry.At(past, errBadInput), 0, nil,
 			retryIn(0, errBadInput, retry.ReasonExplicit, def)},
 		{"At zero time: default delay, as eta=None", retry.Policy{}, retry.At(time.Time{}, errBadInput), 0, nil,
@@ -336,4 +336,74 @@ func BenchmarkDecide(b *testing.B) {
 			}
 		})
 	}
+}
+
+// FuzzDecide builds arbitrary (also invalid) policies and handler errors and
+// checks that Decide never panics and that every Decision is coherent.
+func FuzzDecide(f *testing.F) {
+	f.Add(uint8(0), 3, 0, int64(0), uint8(0), int64(0), int64(0), 0, uint8(0), int64(0), "", 0)
+	f.Add(uint8(1), 5, 2, int64(60e9), uint8(2), int64(0), int64(5e9), 4, uint8(1), int64(30e9), "120", 7)
+	f.Add(uint8(2), -1, -3, int64(-1), uint8(9), int64(-5), int64(-1), -2, uint8(5), int64(-1), "Sun, 29 Nov 2026 12:05:00 GMT", -4)
+	f.Add(uint8(1), 0, 1<<40, int64(1<<62), uint8(0), int64(1), int64(1), 1<<40, uint8(4), int64(1<<62), "garbage", 1<<50)
+	f.Fuzz(func(t *testing.T, limitKind uint8, n, backoff int, backoffMax int64, jitter uint8,
+		countdown, defaultDelay int64, retries int, errKind uint8, d int64, header string, draw int) {
+		p := retry.Policy{
+			Backoff: backoff, BackoffMax: time.Duration(backoffMax), Jitter: retry.Jitter(jitter),
+			Countdown: time.Duration(countdown), DefaultRetryDelay: time.Duration(defaultDelay),
+			AutoRetryFor:     []retry.Matcher{retry.On(errTransient), {}},
+			DontAutoRetryFor: []retry.Matcher{retry.On(errBadInput), retry.OnFunc(nil)},
+		}
+		switch limitKind % 3 {
+		case 1:
+			p.MaxRetries = retry.Limited(n)
+		case 2:
+			p.MaxRetries = retry.Unlimited()
+		}
+		var err error
+		switch errKind % 10 {
+		case 0:
+			err = errTransient
+		case 1:
+			err = retry.After(time.Duration(d), errTransient)
+		case 2:
+			err = retry.At(testNow.Add(time.Duration(d)), nil)
+		case 3:
+			err = retry.AfterHeader(header, errBadInput).WithMaxRetries(n)
+		case 4:
+			err = retry.Skip(retry.Later(nil))
+		case 5:
+			err = errBadInput
+		case 6:
+			err = fmt.Errorf("mw: %w", retry.Now(nil))
+		case 7:
+			err = errors.New("unlisted")
+		case 8:
+			err = nil
+		case 9:
+			err = fmt.Errorf("mw: %w", (*retry.Error)(nil))
+		}
+		randn := func(k int) int { return draw % max(k, 1) } // may be negative: Decide must clamp
+		dec := p.Decide(err, retries, testNow, randn)
+		if dec.Countdown < 0 {
+			t.Fatalf("negative Countdown: %+v", dec)
+		}
+		if dec.Retry && dec.Exhausted {
+			t.Fatalf("Retry and Exhausted: %+v", dec)
+		}
+		if !dec.Retry && (dec.Countdown != 0 || !dec.ETA.IsZero()) {
+			t.Fatalf("a failure carries a time: %+v", dec)
+		}
+		if dec.Retry && (dec.Countdown == 0) != dec.ETA.IsZero() {
+			t.Fatalf("ETA and Countdown disagree: %+v", dec)
+		}
+		if err == nil && dec != (retry.Decision{}) {
+			t.Fatalf("nil error gave %+v", dec)
+		}
+		if err != nil && !dec.Retry && dec.Err == nil {
+			t.Fatalf("failure without an error to record: %+v", dec)
+		}
+		if (dec.Retry || dec.Exhausted) != !dec.MaxRetries.IsZero() {
+			t.Fatalf("MaxRetries %v does not match whether a retry was asked for: %+v", dec.MaxRetries, dec)
+		}
+	})
 }
