@@ -59,8 +59,10 @@ type Decision struct {
 	// Exhausted is true when a retry was asked for (explicitly or by
 	// AutoRetryFor) but the limit was reached, so Retry is false.
 	Exhausted bool
-	// MaxRetries is the limit that was applied: the policy's, or the
-	// override of [Error.WithMaxRetries]. Zero unless a retry was asked for.
+	// MaxRetries is the limit that was applied when a retry was asked for:
+	// the policy's (the zero Limit resolved to [Limited](3)), or the
+	// override of [Error.WithMaxRetries]. It is the zero Limit when no
+	// retry was asked for.
 	MaxRetries Limit
 	// Err is the exception to record. With Retry it goes with the RETRY
 	// state and may be nil (an explicit retry without an error: Celery
@@ -123,7 +125,7 @@ func (p Policy) Decide(err error, retries int, now time.Time, randn func(n int) 
 	if !matchAny(p.AutoRetryFor, err) {
 		return Decision{Err: err, Reason: ReasonNotRetryable}
 	}
-	d := Decision{Err: err, Reason: ReasonAuto, MaxRetries: p.MaxRetries}
+	d := Decision{Err: err, Reason: ReasonAuto, MaxRetries: p.MaxRetries.resolved()}
 	if p.MaxRetries.exceeded(retries + 1) {
 		d.Exhausted = true
 		return d
@@ -132,7 +134,7 @@ func (p Policy) Decide(err error, retries int, now time.Time, randn func(n int) 
 }
 
 func (p Policy) explicit(e Error, retries int, now time.Time, randn func(int) int) Decision {
-	d := Decision{Err: e.err, Reason: ReasonExplicit, MaxRetries: p.MaxRetries}
+	d := Decision{Err: e.err, Reason: ReasonExplicit, MaxRetries: p.MaxRetries.resolved()}
 	if !e.max.IsZero() {
 		d.MaxRetries = e.max
 	}

@@ -14,8 +14,8 @@ var ErrSkip = errors.New("retry: skip")
 // Skip marks err as permanent (a 400, a validation error): it is never
 // retried, even if [Policy.AutoRetryFor] matches it or it wraps an
 // [*Error]. The returned error matches both ErrSkip and err with errors.Is
-// and errors.As. The failure is recorded with err itself (or ErrSkip if err
-// is nil).
+// and errors.As. The failure is recorded with err itself, or with the Skip
+// error if err is nil.
 func Skip(err error) error { return &skipError{err: err} }
 
 type skipError struct{ err error }

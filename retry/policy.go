@@ -78,6 +78,15 @@ func (l Limit) String() string {
 	}
 }
 
+// resolved returns l with the zero Limit replaced by Limited(3), so that a
+// Decision says which limit applied.
+func (l Limit) resolved() Limit {
+	if l.kind == limitDefault {
+		return Limited(DefaultMaxRetries)
+	}
+	return l
+}
+
 // exceeded reports whether a retry numbered retries (the value the new
 // message's retries header would carry) is refused. Celery's test is
 // `max_retries is not None and retries > max_retries`.
@@ -175,9 +184,6 @@ func (p Policy) Validate() error {
 	}
 	if p.MaxRetries.kind == limitFinite && p.MaxRetries.n < 0 {
 		bad("MaxRetries is negative (%d)", p.MaxRetries.n)
-	}
-	if p.MaxRetries.kind > limitUnlimited {
-		bad("MaxRetries is not a valid Limit")
 	}
 	for _, f := range []struct {
 		name string
