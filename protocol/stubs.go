@@ -4,10 +4,6 @@ package protocol
 // that transports, backends and the worker can be written against it in
 // parallel. Each function moves to its own file when implemented.
 
-import "errors"
-
-var errNotImplemented = errors.New("protocol: not implemented yet")
-
 // DeliveryInfo is the kombu Redis envelope's properties.delivery_info.
 type DeliveryInfo struct {
 	Exchange    string

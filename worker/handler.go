@@ -37,10 +37,9 @@ type Middleware func(Handler) Handler
 // Mux maps exact Celery task names to handlers. Register everything before
 // the worker starts; a Mux is safe for concurrent reads after that.
 type Mux struct {
-	mu       sync.RWMutex
-	entries  map[string]*entry
-	mw       []Middleware
-	notFound Handler
+	mu      sync.RWMutex
+	entries map[string]*entry
+	mw      []Middleware
 }
 
 type entry struct {
