@@ -1,0 +1,143 @@
+// Command quickstart is celeriac's demo: a worker doing real work.
+//
+//	go run ./examples/quickstart
+//
+// With no broker configured it embeds one (the in-memory transport and result
+// backend), publishes a handful of tasks the way a Python producer would —
+// sums, a word count, a prime sieve, a hash, a failing task, a flaky task that
+// is retried with backoff, a countdown — and prints what comes back. Set
+// CELERY_BROKER_URL (redis://... or amqp://...) and CELERY_RESULT_BACKEND
+// (redis://...) to run the same demo against real brokers, next to Python
+// Celery if you like.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/celeriac/celeriac/backend"
+	membackend "github.com/celeriac/celeriac/backend/memory"
+	"github.com/celeriac/celeriac/examples/demotasks"
+	"github.com/celeriac/celeriac/protocol"
+	"github.com/celeriac/celeriac/transport"
+	"github.com/celeriac/celeriac/transport/memory"
+	"github.com/celeriac/celeriac/worker"
+)
+
+const text = `It was the best of times, it was the worst of times, it was the age of
+wisdom, it was the age of foolishness, it was the epoch of belief, it was the
+epoch of incredulity, it was the season of Light, it was the season of Darkness.`
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	logCfg := zap.NewDevelopmentConfig()
+	logCfg.Level = zap.NewAtomicLevelAt(zapcore.InfoLevel)
+	logCfg.EncoderConfig.EncodeLevel = zapcore.CapitalColorLevelEncoder
+	logCfg.DisableStacktrace = true
+	log, err := logCfg.Build()
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck // stderr
+
+	tr, be, waitResult, cleanup, err := connect(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+
+	mux := worker.NewMux()
+	demotasks.Register(mux)
+	w, err := worker.New(tr, mux, worker.Config{
+		Queues:      []string{"celery"},
+		Concurrency: 4,
+		Backend:     be,
+		Logger:      log,
+	})
+	if err != nil {
+		return err
+	}
+	runCtx, stopWorker := context.WithCancel(ctx)
+	defer stopWorker()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+
+	// The producer side: what Python's send_task / apply_async would send.
+	p := worker.NewProducer(tr, worker.ProducerConfig{})
+	type job struct {
+		label string
+		id    string
+	}
+	var jobs []job
+	send := func(label, name string, args []any, opts ...worker.SendOption) {
+		id, err := p.SendTask(ctx, name, args, nil, opts...)
+		if err != nil {
+			log.Fatal("send", zap.Error(err))
+		}
+		jobs = append(jobs, job{label, id})
+	}
+	send("add(2, 3)", "tasks.add", []any{2, 3})
+	send("wordcount(text)", "tasks.wordcount", []any{text})
+	send("primes(2_000_000)", "tasks.primes", []any{2_000_000})
+	send("sha256('celeriac')", "tasks.sha256", []any{"celeriac"})
+	send("fail('bad input')", "tasks.fail", []any{"bad input"})
+	send("flaky(2): fails twice, retried with backoff", "tasks.flaky", []any{2})
+	send("add(40, 2) with countdown=2s", "tasks.add", []any{40, 2}, worker.Countdown(2*time.Second))
+
+	var table strings.Builder
+	for _, j := range jobs {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		m, err := waitResult(wctx, j.id)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("waiting for %s: %w", j.label, err)
+		}
+		fmt.Fprintf(&table, "  %-46s %-8s %s\n", j.label, m.Status, show(m))
+	}
+	fmt.Printf("\nResults (as Python's AsyncResult.get() would see them):\n\n%s\n", table.String())
+
+	stopWorker()
+	return <-done
+}
+
+func show(m *protocol.ResultMeta) string {
+	if ex, ok := m.Result.(*protocol.ExceptionInfo); ok {
+		parts := make([]string, len(ex.Message))
+		for i, a := range ex.Message {
+			parts[i] = protocol.Repr(a)
+		}
+		return ex.Type + "(" + strings.Join(parts, ", ") + ")"
+	}
+	return protocol.Repr(m.Result)
+}
+
+// connect returns the transport and backend: in-memory unless
+// CELERY_BROKER_URL is set.
+func connect(ctx context.Context, log *zap.Logger) (transport.Transport, backend.Backend,
+	func(context.Context, string) (*protocol.ResultMeta, error), func(), error) {
+	if url := os.Getenv("CELERY_BROKER_URL"); url != "" {
+		return nil, nil, nil, nil, errors.New("CELERY_BROKER_URL is set, but this build of the demo only embeds the in-memory broker; unset it")
+	}
+	log.Info("no CELERY_BROKER_URL: using the embedded in-memory broker and result backend")
+	tr := memory.New(memory.Config{})
+	be := membackend.New()
+	return tr, be, be.Wait, func() { tr.Close(); be.Close() }, nil
+}
