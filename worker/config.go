@@ -116,6 +116,20 @@ type Config struct {
 	// DefaultQueue is task_default_queue. Default "celery".
 	DefaultQueue string
 
+	// SendTaskEvents sends task events (task-received, -started,
+	// -succeeded, -failed, -retried, -rejected, -revoked) for monitors such
+	// as Flower: Celery's -E. The enable_events / disable_events control
+	// commands switch them at run time.
+	SendTaskEvents bool
+	// WithoutHeartbeat disables the worker events (worker-online,
+	// worker-heartbeat every HeartbeatInterval, worker-offline) that Celery
+	// sends by default.
+	WithoutHeartbeat bool
+	// HeartbeatInterval is Celery's --heartbeat-interval. Default 2 s.
+	HeartbeatInterval time.Duration
+	// WithoutControl disables remote control (celery inspect / control).
+	WithoutControl bool
+
 	// Logger receives the worker's logs; nil means no logging.
 	Logger *zap.Logger
 	// BaseContext returns the context handlers' contexts derive from. It is
@@ -237,6 +251,13 @@ func ExpandHostname(s string) string {
 	name, domain, _ := strings.Cut(host, ".")
 	r := strings.NewReplacer("%%", "%", "%h", host, "%n", name, "%d", domain)
 	return r.Replace(s)
+}
+
+func (c Config) heartbeat() time.Duration {
+	if c.HeartbeatInterval <= 0 {
+		return defaultHeartbeat
+	}
+	return c.HeartbeatInterval
 }
 
 // QueueOrder is how a worker chooses between the queues it consumes.

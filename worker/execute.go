@@ -52,6 +52,10 @@ func (w *Worker) execute(p *pending) {
 	sctx, cancelSettle := context.WithTimeout(context.WithoutCancel(base), settleTimeout)
 	defer cancelSettle()
 
+	if w.revoked.contains(time.Now(), m.ID) {
+		w.revoke(sctx, p.d, m, "revoked")
+		return
+	}
 	if !m.Expires.IsZero() && time.Now().After(m.Expires) {
 		w.revoke(sctx, p.d, m, "expired")
 		return
@@ -75,8 +79,10 @@ func (w *Worker) execute(p *pending) {
 		ctx, cancelSoft = context.WithTimeoutCause(ctx, soft, ErrSoftTimeLimitExceeded)
 		defer cancelSoft()
 	}
-	w.setActive(t, cancel)
+	w.setActive(t, p.d, r.acked, cancel)
 	defer w.clearActive(t.ID)
+	w.countTotal(m.Name)
+	w.events.task("task-started", map[string]any{"uuid": m.ID})
 
 	if w.trackStarted(p.opts) {
 		w.store(sctx, r, protocol.StateStarted, map[string]any{"pid": int64(os.Getpid()), "hostname": w.cfg.Hostname}, "", nil)
@@ -91,7 +97,25 @@ func (w *Worker) execute(p *pending) {
 	}
 	w.processed.Add(1)
 	runtime := time.Since(start)
+	if err != nil && w.isTerminated(t.ID) {
+		w.terminated(sctx, r)
+		return
+	}
 	w.finish(sctx, r, result, err, runtime)
+}
+
+// terminated records a task stopped by revoke(terminate=True), as Celery
+// does: REVOKED ("terminated") and a task-revoked event.
+func (w *Worker) terminated(ctx context.Context, r *run) {
+	m := r.p.m
+	r.log.Info("task terminated by revoke")
+	if w.cfg.Backend != nil {
+		ex := exceptionOf(&revokedError{why: "terminated"})
+		w.storeMeta(ctx, r, &protocol.ResultMeta{TaskID: m.ID, Status: protocol.StateRevoked, Result: ex,
+			Children: []any{}, DateDone: time.Now().UTC(), ParentID: m.ParentID, GroupID: m.Group}, m.ReplyTo)
+	}
+	w.events.task("task-revoked", map[string]any{"uuid": m.ID, "terminated": true, "signum": int64(15), "expired": false})
+	w.settle(ctx, r, settleAck)
 }
 
 // limits resolves the hard and soft time limits: the message's timelimit
@@ -226,6 +250,7 @@ func (w *Worker) succeed(ctx context.Context, r *run, result any, runtime time.D
 		w.chordPartReturn(ctx, r, protocol.StateSuccess, result)
 	}
 	r.log.Info("task succeeded", zap.Duration("runtime", runtime))
+	w.events.task("task-succeeded", map[string]any{"uuid": m.ID, "result": protocol.Repr(result), "runtime": runtime.Seconds()})
 	w.settle(ctx, r, settleAck)
 }
 
@@ -296,6 +321,7 @@ func (w *Worker) fail(ctx context.Context, r *run, err error, reason string) {
 		w.chordPartReturn(ctx, r, protocol.StateFailure, ex)
 	}
 	w.callErrbacks(ctx, m, m.Embed.Errbacks)
+	w.events.task("task-failed", map[string]any{"uuid": m.ID, "exception": excRepr(ex), "traceback": tb})
 	r.log.Error("task failed",
 		zap.String("reason", reason),
 		zap.String("exception", excRepr(ex)),
@@ -329,6 +355,7 @@ func (w *Worker) callErrbacks(ctx context.Context, m *protocol.TaskMessage, errb
 }
 
 func (w *Worker) reject(ctx context.Context, r *run, rej *RejectError) {
+	w.events.task("task-rejected", map[string]any{"uuid": r.p.m.ID, "requeue": rej.Requeue})
 	if rej.Requeue {
 		r.log.Info("task rejected, requeued", zap.Error(rej.Err))
 		w.settle(ctx, r, settleRequeue)
@@ -412,6 +439,7 @@ func (w *Worker) chordError(ctx context.Context, r *run, body protocol.Signature
 func (w *Worker) revoke(ctx context.Context, d *transport.Delivery, m *protocol.TaskMessage, why string) {
 	log := w.log.With(taskFields(m, d)...)
 	log.Info("task revoked, not running it", zap.String("reason", why))
+	w.events.task("task-revoked", map[string]any{"uuid": m.ID, "terminated": false, "signum": nil, "expired": why == "expired"})
 	if w.cfg.Backend != nil {
 		ex := exceptionOf(&revokedError{why: why})
 		w.storeMeta(ctx, nil, &protocol.ResultMeta{TaskID: m.ID, Status: protocol.StateRevoked, Result: ex,
@@ -556,10 +584,24 @@ func (w *Worker) storeMeta(ctx context.Context, r *run, meta *protocol.ResultMet
 	}
 }
 
-func (w *Worker) setActive(t *Task, cancel context.CancelCauseFunc) {
+func (w *Worker) setActive(t *Task, d *transport.Delivery, acked bool, cancel context.CancelCauseFunc) {
 	w.mu.Lock()
-	w.active[t.ID] = &activeTask{task: t, started: time.Now(), cancel: cancel}
+	w.active[t.ID] = &activeTask{task: t, delivery: d, acked: acked, started: time.Now(), cancel: cancel}
 	w.mu.Unlock()
+}
+
+func (w *Worker) countTotal(name string) {
+	w.mu.Lock()
+	w.totals[name]++
+	w.mu.Unlock()
+}
+
+// isTerminated reports whether a running task was revoked with terminate.
+func (w *Worker) isTerminated(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	a := w.active[id]
+	return a != nil && a.terminated
 }
 
 func (w *Worker) clearActive(id string) {

@@ -101,6 +101,11 @@ func (w *Worker) retryTask(ctx context.Context, r *run, d retry.Decision) {
 		fields = append(fields, zap.Error(d.Err))
 	}
 	r.log.Info("task retry scheduled", fields...)
+	evExc, evTb := "", ""
+	if ex != nil {
+		evExc, evTb = excRepr(ex), tb
+	}
+	w.events.task("task-retried", map[string]any{"uuid": m.ID, "exception": evExc, "traceback": evTb})
 	w.settle(ctx, r, settleAck)
 }
 

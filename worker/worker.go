@@ -30,6 +30,15 @@ type Worker struct {
 
 	mu     sync.Mutex
 	active map[string]*activeTask
+	totals map[string]int64 // tasks run, by name (stats)
+	cur    *loop            // the running loop, for remote control
+
+	clock    *clock
+	events   *events
+	revoked  *revokedSet
+	bg       sync.WaitGroup // control and event goroutines
+	shutdown chan struct{}  // remote shutdown request
+	shutOnce sync.Once
 
 	// stats
 	processed atomic.Int64
@@ -41,9 +50,12 @@ type Worker struct {
 
 // activeTask is a running task, for remote control and cancellation.
 type activeTask struct {
-	task    *Task
-	started time.Time
-	cancel  context.CancelCauseFunc
+	task       *Task
+	delivery   *transport.Delivery
+	started    time.Time
+	acked      bool
+	terminated bool
+	cancel     context.CancelCauseFunc
 }
 
 // New returns a worker that consumes from tr and dispatches to mux. The
@@ -64,8 +76,12 @@ func New(tr transport.Transport, mux *Mux, cfg Config) (*Worker, error) {
 		mux:    mux,
 		cfg:    cfg,
 		log:    cfg.Logger.With(zap.String("hostname", cfg.Hostname)),
-		cold:   make(chan struct{}),
-		active: make(map[string]*activeTask),
+		cold:     make(chan struct{}),
+		active:   make(map[string]*activeTask),
+		totals:   make(map[string]int64),
+		clock:    &clock{},
+		revoked:  newRevokedSet(defaultRevokesMax, defaultRevokeExpires),
+		shutdown: make(chan struct{}),
 	}
 	routes := make(map[string]string, len(cfg.Routes))
 	for k, v := range cfg.Routes {
@@ -83,7 +99,39 @@ func New(tr transport.Transport, mux *Mux, cfg Config) (*Worker, error) {
 		Routes:       routes,
 		Origin:       cfg.Hostname,
 	})
+	w.events = newEvents(w, tr, w.clock)
 	return w, nil
+}
+
+// requestShutdown starts a warm shutdown, as a SIGTERM would.
+func (w *Worker) requestShutdown() { w.shutOnce.Do(func() { close(w.shutdown) }) }
+
+// inLoop runs f on the loop goroutine and returns its result, or nil when
+// the worker is not running.
+func (w *Worker) inLoop(f func(*loop) any) any {
+	w.mu.Lock()
+	l := w.cur
+	w.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	res := make(chan any, 1)
+	if !l.call(func() { res <- f(l) }) {
+		return nil
+	}
+	select {
+	case r := <-res:
+		return r
+	case <-l.done:
+		return nil
+	}
+}
+
+func (w *Worker) concurrency() int {
+	if n, ok := w.inLoop(func(l *loop) any { return l.concurrency }).(int); ok {
+		return n
+	}
+	return w.cfg.Concurrency
 }
 
 // Hostname returns the worker's node name.
@@ -121,7 +169,26 @@ func (w *Worker) Run(ctx context.Context) error {
 		zap.Int("prefetch", w.cfg.prefetch()),
 		zap.Strings("tasks", w.mux.Names()))
 	l := newLoop(w, cons)
-	return l.run(ctx)
+	w.mu.Lock()
+	w.cur = l
+	w.mu.Unlock()
+	w.events.start()
+	var ctl *control
+	if !w.cfg.WithoutControl {
+		if ctl, err = w.startControl(ctx); err != nil {
+			w.log.Error("remote control unavailable", zap.Error(err))
+		}
+	}
+	err = l.run(ctx)
+	if ctl != nil {
+		ctl.close()
+	}
+	w.events.close()
+	w.bg.Wait()
+	w.mu.Lock()
+	w.cur = nil
+	w.mu.Unlock()
+	return err
 }
 
 // pending is a received task waiting to run: held for its ETA, or ready.
@@ -165,8 +232,9 @@ type loop struct {
 	prefetch    int
 	prefetchSet int
 
-	slotDone chan struct{}
-	timer    *time.Timer
+	slotDone    chan struct{}
+	concurrency int
+	timer       *time.Timer
 	wg       sync.WaitGroup
 
 	rates rateLimits
@@ -184,7 +252,8 @@ func newLoop(w *Worker, cons transport.Consumer) *loop {
 		w:           w,
 		cons:        cons,
 		queueIdx:    make(map[string]int, len(w.cfg.Queues)),
-		slotDone:    make(chan struct{}, w.cfg.Concurrency),
+		slotDone:    make(chan struct{}, 1024),
+		concurrency: w.cfg.Concurrency,
 		prefetch:    w.cfg.prefetch(),
 		prefetchSet: w.cfg.prefetch(),
 		calls:       make(chan func()),
@@ -223,6 +292,8 @@ func (l *loop) run(ctx context.Context) error {
 		case f := <-l.calls:
 			f()
 		case <-ctx.Done():
+			return l.shutdown(ctx, false)
+		case <-l.w.shutdown:
 			return l.shutdown(ctx, false)
 		case <-l.w.cold:
 			return l.shutdown(ctx, true)
@@ -265,6 +336,11 @@ func (l *loop) receive(ctx context.Context, d *transport.Delivery) {
 		return
 	}
 	now := time.Now()
+	w.events.task("task-received", taskReceivedFields(m))
+	if w.revoked.contains(now, m.ID) {
+		l.background(func() { w.revoke(ctx, d, m, "revoked") })
+		return
+	}
 	if !m.Expires.IsZero() && now.After(m.Expires) {
 		l.background(func() { w.revoke(ctx, d, m, "expired") })
 		return
@@ -405,7 +481,7 @@ func (l *loop) applyPrefetch(ctx context.Context) {
 
 // dispatch starts ready tasks while slots are free.
 func (l *loop) dispatch() {
-	for l.running < l.w.cfg.Concurrency {
+	for l.running < l.concurrency {
 		p := l.ready.pop()
 		if p == nil {
 			return
@@ -418,6 +494,69 @@ func (l *loop) dispatch() {
 			l.w.execute(p)
 		}()
 	}
+}
+
+// dropRevoked removes revoked tasks from the ETA heap and the ready queue
+// at once, storing REVOKED, so a client sees the revoke without waiting for
+// the task's ETA.
+func (l *loop) dropRevoked() {
+	now := time.Now()
+	var drop []*pending
+	kept := l.held[:0]
+	for _, p := range l.held {
+		if l.w.revoked.contains(now, p.m.ID) {
+			drop = append(drop, p)
+			if p.eta {
+				l.heldETA--
+			}
+			continue
+		}
+		kept = append(kept, p)
+	}
+	l.held = kept
+	heap.Init(&l.held)
+	for i, q := range l.ready.qs {
+		keptQ := q[:0]
+		for _, p := range q {
+			if l.w.revoked.contains(now, p.m.ID) {
+				drop = append(drop, p)
+				l.ready.n--
+				continue
+			}
+			keptQ = append(keptQ, p)
+		}
+		l.ready.qs[i] = keptQ
+	}
+	l.wantPrefetch()
+	for _, p := range drop {
+		p := p
+		l.background(func() { l.w.revoke(context.Background(), p.d, p.m, "revoked") })
+	}
+}
+
+// addQueue starts consuming another queue (add_consumer).
+func (l *loop) addQueue(name string) error {
+	if _, ok := l.queueIdx[name]; ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := l.cons.AddQueue(ctx, l.w.cfg.queue(name)); err != nil {
+		return err
+	}
+	l.queueIdx[name] = len(l.ready.qs)
+	l.ready.qs = append(l.ready.qs, nil)
+	l.ready.weights = append(l.ready.weights, max(1, l.w.cfg.QueueWeights[name]))
+	l.ready.current = append(l.ready.current, 0)
+	return nil
+}
+
+// cancelQueue stops consuming a queue (cancel_consumer). Tasks already
+// received from it still run.
+func (l *loop) cancelQueue(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return l.cons.CancelQueue(ctx, name)
 }
 
 // background runs settle-only work (invalid, unknown, expired messages) off

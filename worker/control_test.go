@@ -1,0 +1,250 @@
+package worker_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/celeriac/celeriac/protocol"
+	"github.com/celeriac/celeriac/transport"
+	"github.com/celeriac/celeriac/worker"
+)
+
+// controlClient speaks kombu's pidbox protocol like Python's app.control.
+type controlClient struct {
+	t     *testing.T
+	h     *harness
+	reply transport.Consumer
+	key   string
+}
+
+func newControlClient(t *testing.T, h *harness) *controlClient {
+	t.Helper()
+	key := worker.NewID()
+	cons, err := h.tr.Consume(context.Background(), []transport.Queue{{
+		Name: key + ".reply.celery.pidbox", Exchange: "reply.celery.pidbox", RoutingKey: key,
+	}}, transport.ConsumeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cons.Stop(context.Background()) })
+	return &controlClient{t: t, h: h, reply: cons, key: key}
+}
+
+// call broadcasts a command and returns the first reply's value for the
+// worker, or nil when none came within the timeout.
+func (c *controlClient) call(method string, args map[string]any, destination ...string) any {
+	c.t.Helper()
+	ticket := worker.NewID()
+	var dest any
+	if len(destination) > 0 {
+		d := make([]any, len(destination))
+		for i, s := range destination {
+			d[i] = s
+		}
+		dest = d
+	}
+	if args == nil {
+		args = map[string]any{}
+	}
+	body, err := protocol.Marshal(protocol.ContentTypeJSON, map[string]any{
+		"method": method, "arguments": args, "destination": dest, "pattern": nil, "matcher": nil,
+		"ticket": ticket, "reply_to": map[string]any{"exchange": "reply.celery.pidbox", "routing_key": c.key},
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	err = c.h.tr.Publish(context.Background(), &transport.Publishing{
+		Exchange: "celery.pidbox", ExchangeType: transport.Fanout,
+		Message: protocol.Message{ContentType: protocol.ContentTypeJSON, ContentEncoding: "utf-8",
+			Headers: map[string]any{"clock": int64(1), "expires": 0.0}, Body: body},
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	timeout := time.After(2 * time.Second)
+	for {
+		select {
+		case d := <-c.reply.Deliveries():
+			_ = d.Ack(context.Background())
+			if d.Message.Headers["ticket"] != ticket {
+				continue
+			}
+			v, err := protocol.Unmarshal(d.Message.ContentType, d.Message.Body, protocol.DecodeOptions{})
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			return v.(map[string]any)[c.h.w.Hostname()]
+		case <-timeout:
+			return nil
+		}
+	}
+}
+
+func startControlled(t *testing.T) (*harness, *controlClient) {
+	h := newHarness(t, worker.Config{Hostname: "w1@test"})
+	h.mux.HandleFunc("tasks.add", add, worker.RateLimit("100/s"))
+	h.mux.HandleFunc("tasks.sleep", func(ctx context.Context, t *worker.Task) (any, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	h.start()
+	h.wait(h.send("tasks.add", []any{int64(1), int64(1)}, nil))
+	return h, newControlClient(t, h)
+}
+
+func TestControlPingRegisteredStats(t *testing.T) {
+	h, c := startControlled(t)
+	if got := c.call("ping", nil); got.(map[string]any)["ok"] != "pong" {
+		t.Fatalf("ping = %v", got)
+	}
+	if got := c.call("ping", nil, "someone@else"); got != nil {
+		t.Fatalf("a ping for another node was answered: %v", got)
+	}
+	reg := c.call("registered", nil).([]any)
+	if len(reg) != 2 || reg[0] != "tasks.add [rate_limit=100/s]" || reg[1] != "tasks.sleep" {
+		t.Fatalf("registered = %v", reg)
+	}
+	stats := c.call("stats", nil).(map[string]any)
+	if stats["total"].(map[string]any)["tasks.add"] != int64(1) {
+		t.Fatalf("stats total = %v", stats["total"])
+	}
+	if pool := stats["pool"].(map[string]any); pool["max-concurrency"] == nil {
+		t.Fatalf("stats pool = %v", pool)
+	}
+	if got := c.call("no_such_command", nil).(map[string]any); !strings.Contains(got["error"].(string), "KeyError") {
+		t.Fatalf("unknown command = %v", got)
+	}
+	_ = h
+}
+
+func TestControlActiveAndTerminate(t *testing.T) {
+	h, c := startControlled(t)
+	id := h.send("tasks.sleep", nil, nil)
+	var active []any
+	eventually(t, "task active", func() bool {
+		active, _ = c.call("active", nil).([]any)
+		return len(active) == 1
+	})
+	info := active[0].(map[string]any)
+	if info["id"] != id || info["name"] != "tasks.sleep" || info["hostname"] != "w1@test" {
+		t.Fatalf("active info = %v", info)
+	}
+	got := c.call("revoke", map[string]any{"task_id": id, "terminate": true, "signal": "SIGTERM"}).(map[string]any)
+	if got["ok"] != "terminate: "+id {
+		t.Fatalf("revoke terminate = %v", got)
+	}
+	m := h.wait(id)
+	if m.Status != protocol.StateRevoked || exc(t, m).Message[0] != "terminated" {
+		t.Fatalf("terminated task: %s %+v", m.Status, m.Result)
+	}
+}
+
+func TestControlRevokeHeldETATask(t *testing.T) {
+	h, c := startControlled(t)
+	id := h.send("tasks.add", []any{int64(1), int64(2)}, nil, worker.Countdown(time.Hour))
+	eventually(t, "task scheduled", func() bool {
+		s, _ := c.call("scheduled", nil).([]any)
+		return len(s) == 1
+	})
+	got := c.call("revoke", map[string]any{"task_id": []any{id}}).(map[string]any)
+	if got["ok"] != "tasks "+id+" flagged as revoked" {
+		t.Fatalf("revoke = %v", got)
+	}
+	m := h.wait(id)
+	if m.Status != protocol.StateRevoked || exc(t, m).Message[0] != "revoked" {
+		t.Fatalf("revoked task: %s %+v", m.Status, m.Result)
+	}
+	if rv := c.call("revoked", nil).([]any); len(rv) != 1 || rv[0] != id {
+		t.Fatalf("revoked list = %v", rv)
+	}
+	// A revoked id that arrives later is not run either.
+	id2 := h.send("tasks.add", []any{int64(1), int64(2)}, nil, worker.TaskID(id))
+	if id2 != id {
+		t.Fatal("task id not kept")
+	}
+	if n, _ := h.tr.Len(context.Background(), "q"); n != 0 {
+		eventually(t, "revoked redelivery consumed", func() bool { n, _ := h.tr.Len(context.Background(), "q"); return n == 0 })
+	}
+}
+
+func TestControlRateLimitAndEvents(t *testing.T) {
+	_, c := startControlled(t)
+	for _, tc := range []struct {
+		method string
+		args   map[string]any
+		want   string
+		key    string
+	}{
+		{"rate_limit", map[string]any{"task_name": "tasks.add", "rate_limit": "10/m"}, "new rate limit set successfully", "ok"},
+		{"rate_limit", map[string]any{"task_name": "tasks.add", "rate_limit": "0"}, "rate limit disabled successfully", "ok"},
+		{"rate_limit", map[string]any{"task_name": "tasks.nope", "rate_limit": "1/s"}, "unknown task", "error"},
+		{"time_limit", map[string]any{"task_name": "tasks.add", "hard": 10.0, "soft": 5.0}, "time limits set successfully", "ok"},
+		{"enable_events", nil, "task events enabled", "ok"},
+		{"enable_events", nil, "task events already enabled", "ok"},
+		{"disable_events", nil, "task events disabled", "ok"},
+		{"add_consumer", map[string]any{"queue": "extra"}, "add consumer extra", "ok"},
+		{"cancel_consumer", map[string]any{"queue": "extra"}, "no longer consuming from extra", "ok"},
+	} {
+		got, _ := c.call(tc.method, tc.args).(map[string]any)
+		if got[tc.key] != tc.want {
+			t.Errorf("%s %v = %v, want %s=%q", tc.method, tc.args, got, tc.key, tc.want)
+		}
+	}
+}
+
+func TestEventsHeartbeatAndTaskEvents(t *testing.T) {
+	h := newHarness(t, worker.Config{Hostname: "w2@test", SendTaskEvents: true, HeartbeatInterval: 50 * time.Millisecond})
+	h.mux.HandleFunc("tasks.add", add)
+	sub, err := h.tr.Subscribe(context.Background(), transport.Broadcast{Exchange: "celeryev", ExchangeType: transport.Topic, BindingKey: "#"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	h.start()
+	id := h.send("tasks.add", []any{int64(2), int64(2)}, nil)
+	h.wait(id)
+	seen := map[string]map[string]any{}
+	deadline := time.After(10 * time.Second)
+	for seen["worker-heartbeat"] == nil || seen["task-succeeded"] == nil {
+		select {
+		case d := <-sub.Deliveries():
+			v, err := protocol.Unmarshal(d.Message.ContentType, d.Message.Body, protocol.DecodeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var evs []any
+			if list, ok := v.([]any); ok {
+				evs = list
+			} else {
+				evs = []any{v}
+			}
+			for _, e := range evs {
+				m := e.(map[string]any)
+				seen[m["type"].(string)] = m
+			}
+		case <-deadline:
+			t.Fatalf("events seen: %v", keys(seen))
+		}
+	}
+	for _, typ := range []string{"worker-online", "task-received", "task-started", "task-succeeded"} {
+		if seen[typ] == nil {
+			t.Errorf("no %s event (saw %v)", typ, keys(seen))
+		}
+	}
+	if s := seen["task-succeeded"]; s["uuid"] != id || s["result"] != "4" || s["hostname"] != "w2@test" {
+		t.Errorf("task-succeeded = %v", s)
+	}
+	if hb := seen["worker-heartbeat"]; hb["freq"] != 0.05 || hb["sw_ident"] != "celeriac" {
+		t.Errorf("heartbeat = %v", hb)
+	}
+}
+
+func keys(m map[string]map[string]any) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
