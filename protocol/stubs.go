@@ -25,4 +25,3 @@ type Envelope struct {
 
 // ChildTuple is the children entry for one task id: [[id, null], null].
 func ChildTuple(id string) any { return []any{[]any{id, nil}, nil} }
-

@@ -72,10 +72,10 @@ func New(tr transport.Transport, mux *Mux, cfg Config) (*Worker, error) {
 	}
 	cfg = cfg.withDefaults()
 	w := &Worker{
-		tr:     tr,
-		mux:    mux,
-		cfg:    cfg,
-		log:    cfg.Logger.With(zap.String("hostname", cfg.Hostname)),
+		tr:       tr,
+		mux:      mux,
+		cfg:      cfg,
+		log:      cfg.Logger.With(zap.String("hostname", cfg.Hostname)),
 		cold:     make(chan struct{}),
 		active:   make(map[string]*activeTask),
 		totals:   make(map[string]int64),
@@ -235,7 +235,7 @@ type loop struct {
 	slotDone    chan struct{}
 	concurrency int
 	timer       *time.Timer
-	wg       sync.WaitGroup
+	wg          sync.WaitGroup
 
 	rates rateLimits
 	// calls runs functions on the loop goroutine: results of background

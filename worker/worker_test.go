@@ -92,7 +92,9 @@ func TestPoisonMessagesAreDeadLettered(t *testing.T) {
 		"too large":    func(m *protocol.Message) { m.Body = []byte(`[["` + strings.Repeat("x", 2<<20) + `"], {}, null]`) },
 		"kwargs list":  func(m *protocol.Message) { m.Body = []byte(`[[1, 2], [3], null]`) },
 		"bad eta":      func(m *protocol.Message) { m.Headers["eta"] = "tomorrow" },
-		"deep":         func(m *protocol.Message) { m.Body = []byte("[" + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + ", {}, null]") },
+		"deep": func(m *protocol.Message) {
+			m.Body = []byte("[" + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + ", {}, null]")
+		},
 	}
 	for name, mutate := range cases {
 		m := base

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 
@@ -190,13 +189,10 @@ var ErrTransient = errors.New("demotasks: transient failure")
 // Flaky fails its first N attempts with a transient error, then succeeds:
 // tasks.flaky(n) shows retries with backoff. Its retry policy retries
 // ErrTransient with exponential backoff (1 s, 2 s, 4 s ...).
-type Flaky struct {
-	mu       sync.Mutex
-	attempts map[string]int
-}
+type Flaky struct{}
 
 // NewFlaky returns a Flaky.
-func NewFlaky() *Flaky { return &Flaky{attempts: map[string]int{}} }
+func NewFlaky() *Flaky { return &Flaky{} }
 
 // Handle is the handler.
 func (f *Flaky) Handle(ctx context.Context, t *worker.Task) (any, error) {
