@@ -261,15 +261,34 @@ type deadItem struct {
 	Time json.RawMessage `json:"time"`
 }
 
-// encodeDeadItem serializes a dead-letter item.
+// encodeDeadItem serializes a dead-letter item, keeping the envelope's
+// bytes exactly (it is appended last, not re-encoded).
 func encodeDeadItem(d *deadItem) ([]byte, error) {
+	env := d.Envelope
+	if !json.Valid(env) {
+		return nil, errors.New("redis: dead-letter envelope is not JSON")
+	}
+	c := *d
+	c.Envelope = json.RawMessage("null")
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(d); err != nil {
+	if err := enc.Encode(&c); err != nil {
 		return nil, err
 	}
-	return bytes.TrimRight(b.Bytes(), "\n"), nil
+	out := bytes.TrimRight(b.Bytes(), "\n")
+	// Replace the placeholder member, which the encoder wrote second.
+	const ph = `,"envelope":null`
+	i := bytes.Index(out, []byte(ph))
+	if i < 0 {
+		return nil, errors.New("redis: dead-letter item encoding")
+	}
+	res := make([]byte, 0, len(out)+len(env))
+	res = append(res, out[:i]...)
+	res = append(res, out[i+len(ph):len(out)-1]...)
+	res = append(res, `,"envelope":`...)
+	res = append(res, env...)
+	return append(res, '}'), nil
 }
 
 // decodeDeadItem parses a dead-letter list item.

@@ -182,7 +182,7 @@ func tlsConfig(cfg Config, ep Endpoint) (*tls.Config, error) {
 		c.RootCAs = pool
 	}
 	if ep.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(ep.CertFile, cmp(ep.KeyFile, ep.CertFile))
+		cert, err := tls.LoadX509KeyPair(ep.CertFile, orDefault(ep.KeyFile, ep.CertFile))
 		if err != nil {
 			return nil, fmt.Errorf("redis: ssl_certfile: %w", err)
 		}
@@ -191,7 +191,7 @@ func tlsConfig(cfg Config, ep Endpoint) (*tls.Config, error) {
 	return c, nil
 }
 
-func cmp(a, b string) string {
+func orDefault(a, b string) string {
 	if a != "" {
 		return a
 	}
