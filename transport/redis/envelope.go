@@ -228,7 +228,7 @@ func appendPyString(b []byte, s string) []byte {
 			b = append(b, '\\', 'b')
 		case r == '\f':
 			b = append(b, '\\', 'f')
-		case r < 0x20 || (r > 0x7f && r <= 0xffff):
+		case r < 0x20 || (r >= 0x7f && r <= 0xffff):
 			b = append(b, '\\', 'u', hex[r>>12&0xf], hex[r>>8&0xf], hex[r>>4&0xf], hex[r&0xf])
 		case r > 0xffff:
 			r1, r2 := utf16.EncodeRune(r)
