@@ -240,9 +240,19 @@ type popped struct {
 	raw                              []byte
 }
 
+// run is the consumer's fetch loop. Popping and handing out overlap: a
+// second goroutine decodes and hands out one batch while the next is
+// popped, within the free prefetch.
 func (c *consumer) run() {
 	defer close(c.done)
-	defer close(c.out)
+	batches := make(chan []*held, 2)
+	var dwg sync.WaitGroup
+	dwg.Go(func() { c.handOut(batches) })
+	defer func() {
+		close(batches)
+		dwg.Wait()
+		close(c.out)
+	}()
 	attempt := 0
 	for {
 		select {
@@ -282,23 +292,40 @@ func (c *consumer) run() {
 		if len(msgs) == 0 {
 			continue
 		}
-		if !c.deliver(msgs) {
+		c.acquire(len(msgs))
+		hs := make([]*held, len(msgs))
+		for i := range msgs {
+			c.rotate(msgs[i].queue)
+			hs[i] = c.t.hold(c, &msgs[i])
+		}
+		select {
+		case batches <- hs:
+		case <-c.stop:
+			c.t.restoreUndelivered(hs)
 			return
 		}
 	}
 }
 
-// deliver hands popped messages out. It returns false when the consumer
-// stopped; messages not handed out are then restored.
-func (c *consumer) deliver(msgs []popped) bool {
-	c.acquire(len(msgs))
-	now := time.Now()
-	hs := make([]*held, 0, len(msgs))
-	for i := range msgs {
-		m := &msgs[i]
-		c.rotate(m.queue)
-		hs = append(hs, c.t.hold(c, m))
+// handOut decodes popped messages and hands them out in order. Once the
+// consumer stops, what was not handed out is restored.
+func (c *consumer) handOut(batches <-chan []*held) {
+	stopped := false
+	for hs := range batches {
+		if stopped {
+			c.t.restoreUndelivered(hs)
+			continue
+		}
+		if !c.deliver(hs) {
+			stopped = true
+		}
 	}
+}
+
+// deliver hands held messages out. It returns false when the consumer
+// stopped; messages not handed out are then restored.
+func (c *consumer) deliver(hs []*held) bool {
+	now := time.Now()
 	for i, h := range hs {
 		env, err := protocol.DecodeEnvelope(h.raw, c.t.cfg.Decode)
 		if err != nil {
@@ -345,8 +372,12 @@ func (t *Transport) popBatch(order []string, n int) ([]popped, error) {
 	if t.cfg.QueueOrderStrategy == RoundRobin {
 		rotate = "1"
 	}
-	args := make([]any, 0, 6+len(order))
-	args = append(args, n, score(time.Now()), len(order), nb, rotate, newTag())
+	rpopCount := "0"
+	if t.rpopCount {
+		rpopCount = "1"
+	}
+	args := make([]any, 0, 7+len(order))
+	args = append(args, n, score(time.Now()), len(order), nb, rotate, newTag(), rpopCount)
 	for _, q := range order {
 		args = append(args, q)
 	}

@@ -73,6 +73,7 @@ type Transport struct {
 	topicExchs  map[string]bool
 	stop        chan struct{}
 	wg          sync.WaitGroup
+	rpopCount   bool // the server's RPOP takes a count (Redis >= 6.2)
 	errLimiter  logLimiter
 	bgErrLimits logLimiter
 }
@@ -147,6 +148,7 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 		errLimiter:       logLimiter{every: 5 * time.Second},
 		bgErrLimits:      logLimiter{every: 5 * time.Second},
 	}
+	t.rpopCount = serverAtLeast(ctx, rdb, 6, 2)
 	t.acker = newAcker(t)
 	t.wg.Go(t.acker.run)
 	return t, nil
@@ -196,6 +198,29 @@ func orDefault(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// serverAtLeast reports whether the server's version is at least
+// major.minor (false when it cannot tell).
+func serverAtLeast(ctx context.Context, rdb *goredis.Client, major, minor int) bool {
+	info, err := rdb.Info(ctx, "server").Result()
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(info, "\n") {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:")
+		if !ok {
+			continue
+		}
+		parts := strings.SplitN(v, ".", 3)
+		if len(parts) < 2 {
+			return false
+		}
+		ma, err1 := strconv.Atoi(parts[0])
+		mi, err2 := strconv.Atoi(parts[1])
+		return err1 == nil && err2 == nil && (ma > major || (ma == major && mi >= minor))
+	}
+	return false
 }
 
 // DB returns the database number the transport uses.
