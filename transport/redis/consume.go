@@ -1,0 +1,693 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/celeriac/celeriac/protocol"
+	"github.com/celeriac/celeriac/transport"
+)
+
+// Consume binds the queues as kombu does (SADD to _kombu.binding.<exchange>)
+// and starts delivering their messages. Fanout queues are refused: use
+// Subscribe. The first Consume also starts the restore sweep and the
+// visibility renewal.
+func (t *Transport) Consume(ctx context.Context, queues []transport.Queue, opts transport.ConsumeOptions) (transport.Consumer, error) {
+	if opts.Prefetch < 0 {
+		return nil, fmt.Errorf("redis: negative prefetch %d", opts.Prefetch)
+	}
+	for _, q := range queues {
+		if err := validQueue(q); err != nil {
+			return nil, err
+		}
+	}
+	if t.isClosed() {
+		return nil, transport.ErrClosed
+	}
+	for _, q := range queues {
+		if err := t.bind(ctx, q); err != nil {
+			return nil, fmt.Errorf("redis: bind %q: %w", q.Name, err)
+		}
+	}
+	c := &consumer{
+		t:        t,
+		out:      make(chan *transport.Delivery),
+		prefetch: opts.Prefetch,
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	for _, q := range queues {
+		c.addQueue(q)
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, transport.ErrClosed
+	}
+	t.consumers[c] = struct{}{}
+	if !t.bgStarted {
+		t.bgStarted = true
+		t.wg.Go(t.background)
+	}
+	t.wg.Go(c.run)
+	t.mu.Unlock()
+	return c, nil
+}
+
+func validQueue(q transport.Queue) error {
+	if q.Name == "" {
+		return errors.New("redis: queue without a name")
+	}
+	switch q.ExchangeType {
+	case "", transport.Direct, transport.Topic:
+		return nil
+	case transport.Fanout:
+		return fmt.Errorf("redis: queue %q is bound to a fanout exchange: use Subscribe", q.Name)
+	default:
+		return fmt.Errorf("redis: queue %q: unknown exchange type %q", q.Name, q.ExchangeType)
+	}
+}
+
+// consumer is one Consume call: a goroutine that pops batches within the
+// free prefetch and hands deliveries out.
+type consumer struct {
+	t    *Transport
+	out  chan *transport.Delivery
+	wake chan struct{}
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+
+	mu          sync.Mutex
+	queues      []transport.Queue
+	order       []string // queue names in the cycle order
+	prefetch    int
+	outstanding int
+	err         error
+}
+
+func (c *consumer) addQueue(q transport.Queue) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if slices.ContainsFunc(c.queues, func(x transport.Queue) bool { return x.Name == q.Name }) {
+		return
+	}
+	c.queues = append(c.queues, q)
+	c.order = append(c.order, q.Name)
+	if c.t.cfg.QueueOrderStrategy == Sorted {
+		slices.Sort(c.order)
+	}
+}
+
+func (c *consumer) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Deliveries implements transport.Consumer.
+func (c *consumer) Deliveries() <-chan *transport.Delivery { return c.out }
+
+// SetPrefetch implements transport.Consumer.
+func (c *consumer) SetPrefetch(n int) error {
+	if n < 0 {
+		return fmt.Errorf("redis: negative prefetch %d", n)
+	}
+	c.mu.Lock()
+	c.prefetch = n
+	c.mu.Unlock()
+	c.signal()
+	return nil
+}
+
+// AddQueue implements transport.Consumer.
+func (c *consumer) AddQueue(ctx context.Context, q transport.Queue) error {
+	if err := validQueue(q); err != nil {
+		return err
+	}
+	if c.t.isClosed() {
+		return transport.ErrClosed
+	}
+	if err := c.t.bind(ctx, q); err != nil {
+		return fmt.Errorf("redis: bind %q: %w", q.Name, err)
+	}
+	c.addQueue(q)
+	c.signal()
+	return nil
+}
+
+// CancelQueue implements transport.Consumer. kombu keeps the binding; so
+// does this transport.
+func (c *consumer) CancelQueue(ctx context.Context, name string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.queues = slices.DeleteFunc(c.queues, func(q transport.Queue) bool { return q.Name == name })
+	c.order = slices.DeleteFunc(c.order, func(n string) bool { return n == name })
+	return nil
+}
+
+// Queues implements transport.Consumer.
+func (c *consumer) Queues() []transport.Queue {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.queues)
+}
+
+// Stop implements transport.Consumer: no more pops; messages popped but not
+// yet handed out are restored to the front of their queues.
+func (c *consumer) Stop(ctx context.Context) error {
+	c.once.Do(func() { close(c.stop) })
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	c.t.mu.Lock()
+	delete(c.t.consumers, c)
+	c.t.mu.Unlock()
+	return nil
+}
+
+// halt stops the consumer for good with err and waits for its goroutine.
+func (c *consumer) halt(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.mu.Unlock()
+	c.once.Do(func() { close(c.stop) })
+	<-c.done
+}
+
+// Err implements transport.Consumer.
+func (c *consumer) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// free returns how many messages may be popped now.
+func (c *consumer) free() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.t.cfg.BatchSize
+	if c.prefetch > 0 {
+		n = min(n, c.prefetch-c.outstanding)
+	}
+	return n
+}
+
+func (c *consumer) acquire(n int) {
+	c.mu.Lock()
+	c.outstanding += n
+	c.mu.Unlock()
+}
+
+func (c *consumer) release() {
+	c.mu.Lock()
+	c.outstanding--
+	c.mu.Unlock()
+	c.signal()
+}
+
+// rotate moves a queue to the end of the order after a message was taken
+// from it (kombu's round_robin_cycle.rotate).
+func (c *consumer) rotate(queue string) {
+	if c.t.cfg.QueueOrderStrategy != RoundRobin {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i := slices.Index(c.order, queue); i >= 0 {
+		c.order = append(slices.Delete(c.order, i, i+1), queue)
+	}
+}
+
+// popped is one message taken off a list and recorded in unacked.
+type popped struct {
+	queue, tag, exchange, routingKey string
+	raw                              []byte
+}
+
+// run is the consumer's fetch loop. Popping and handing out overlap: a
+// second goroutine decodes and hands out one batch while the next is
+// popped, within the free prefetch.
+func (c *consumer) run() {
+	defer close(c.done)
+	batches := make(chan []*held, 2)
+	var dwg sync.WaitGroup
+	dwg.Go(func() { c.handOut(batches) })
+	defer func() {
+		close(batches)
+		dwg.Wait()
+		close(c.out)
+	}()
+	attempt := 0
+	for {
+		select {
+		case <-c.stop:
+			return
+		default:
+		}
+		n := c.free()
+		c.mu.Lock()
+		order := slices.Clone(c.order)
+		c.mu.Unlock()
+		if n <= 0 || len(order) == 0 {
+			select {
+			case <-c.wake:
+			case <-c.stop:
+				return
+			}
+			continue
+		}
+		msgs, err := c.t.popBatch(order, n)
+		if err == nil && len(msgs) == 0 {
+			var m *popped
+			m, err = c.t.blockingPop(order, c.stop)
+			if m != nil {
+				msgs = []popped{*m}
+			}
+		}
+		if err != nil {
+			c.t.logError(&c.t.errLimiter, "redis: consume failed; retrying", err, zap.Int("attempt", attempt))
+			if !sleep(c.stop, c.t.backoff(attempt)) {
+				return
+			}
+			attempt++
+			continue
+		}
+		attempt = 0
+		if len(msgs) == 0 {
+			continue
+		}
+		c.acquire(len(msgs))
+		hs := make([]*held, len(msgs))
+		for i := range msgs {
+			c.rotate(msgs[i].queue)
+			hs[i] = c.t.hold(c, &msgs[i])
+		}
+		select {
+		case batches <- hs:
+		case <-c.stop:
+			c.t.restoreUndelivered(hs)
+			return
+		}
+	}
+}
+
+// handOut decodes popped messages and hands them out in order. Once the
+// consumer stops, what was not handed out is restored.
+func (c *consumer) handOut(batches <-chan []*held) {
+	stopped := false
+	for hs := range batches {
+		if stopped {
+			c.t.restoreUndelivered(hs)
+			continue
+		}
+		if !c.deliver(hs) {
+			stopped = true
+		}
+	}
+}
+
+// deliver hands held messages out. It returns false when the consumer
+// stopped; messages not handed out are then restored.
+func (c *consumer) deliver(hs []*held) bool {
+	now := time.Now()
+	for i, h := range hs {
+		env, err := protocol.DecodeEnvelope(h.raw, c.t.cfg.Decode)
+		if err != nil {
+			c.t.deadLetterUndecodable(h, err)
+			continue
+		}
+		d := &transport.Delivery{
+			Message:      env.Message,
+			Queue:        h.queue,
+			Exchange:     h.exchange,
+			RoutingKey:   h.routingKey,
+			Redelivered:  env.DeliveryInfo.Redelivered || env.Message.Headers["redelivered"] == true,
+			Tag:          h.tag,
+			ReceivedAt:   now,
+			Acknowledger: h,
+		}
+		select {
+		case c.out <- d:
+		case <-c.stop:
+			c.t.restoreUndelivered(hs[i:])
+			return false
+		}
+	}
+	return true
+}
+
+// popBatch runs the consume script: up to n messages over the queues' bands
+// in kombu's order, each recorded in unacked and unacked_index in the same
+// atomic step.
+func (t *Transport) popBatch(order []string, n int) ([]popped, error) {
+	ctx := context.Background()
+	nb := len(t.keys.steps)
+	ks := make([]string, 0, 2+len(order)*(nb+1))
+	ks = append(ks, t.keys.unacked, t.keys.unackedIndex)
+	for _, q := range order {
+		for _, s := range t.keys.steps {
+			ks = append(ks, t.keys.prefix+t.keys.queueBand(q, s))
+		}
+	}
+	for _, q := range order {
+		ks = append(ks, t.keys.deadList(q))
+	}
+	rotate := "0"
+	if t.cfg.QueueOrderStrategy == RoundRobin {
+		rotate = "1"
+	}
+	rpopCount := "0"
+	if t.rpopCount {
+		rpopCount = "1"
+	}
+	args := make([]any, 0, 7+len(order))
+	args = append(args, n, score(time.Now()), len(order), nb, rotate, newTag(), rpopCount)
+	for _, q := range order {
+		args = append(args, q)
+	}
+	res, err := t.scrConsume.Run(ctx, t.rdb, ks, args...).Slice()
+	if err != nil {
+		if errors.Is(err, goredis.Nil) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	out := make([]popped, 0, len(res)/5)
+	for i := 0; i+4 < len(res); i += 5 {
+		qi, _ := res[i].(int64)
+		s := func(j int) string { v, _ := res[i+j].(string); return v }
+		if qi < 0 {
+			q := ""
+			if int(-qi) <= len(order) {
+				q = order[-qi-1]
+			}
+			t.log.Error("redis: undecodable message moved to the dead-letter list",
+				zap.String("queue", q), zap.String("error", s(1)), zap.String("dead_id", s(2)),
+				zap.String("dead_list", t.keys.deadList(q)))
+			continue
+		}
+		if qi < 1 || int(qi) > len(order) {
+			continue
+		}
+		out = append(out, popped{queue: order[qi-1], raw: []byte(s(1)), tag: s(2), exchange: s(3), routingKey: s(4)})
+	}
+	return out, nil
+}
+
+// blockingPop waits up to BRPOPTimeout for a message on any band of any
+// queue (BRPOP, priority-major key order), then records it in unacked as
+// kombu does, with kombu's loss window between the pop and the record.
+func (t *Transport) blockingPop(order []string, stop <-chan struct{}) (*popped, error) {
+	ctx := context.Background()
+	res, err := t.rdb.BRPop(ctx, t.cfg.BRPOPTimeout, t.keys.consumeOrder(order)...).Result()
+	if errors.Is(err, goredis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	key, item := res[0], []byte(res[1])
+	queue := t.keys.queueOfKey(key)
+	select {
+	case <-stop:
+		// Stopping: put the message back where it was, at the front.
+		if err := t.rdb.RPush(ctx, key, item).Err(); err != nil {
+			t.log.Error("redis: could not put back a message popped while stopping; it is lost",
+				zap.String("queue", queue), zap.Error(err), zap.ByteString("envelope", item))
+		}
+		return nil, nil
+	default:
+	}
+	meta, err := parseMeta(item)
+	if err != nil {
+		id := newTag()
+		raw, _ := appendJSONString(item)
+		d, _ := encodeDeadItem(&deadItem{
+			ID: id, Envelope: raw, Queue: queue, Reason: "undecodable", Error: err.Error(),
+			Time: timeJSON(time.Now()),
+		})
+		if err := t.rdb.RPush(ctx, t.keys.deadList(queue), d).Err(); err != nil {
+			t.log.Error("redis: could not dead-letter an undecodable message; it is lost",
+				zap.String("queue", queue), zap.Error(err), zap.ByteString("envelope", item))
+			return nil, nil
+		}
+		t.log.Error("redis: undecodable message moved to the dead-letter list",
+			zap.String("queue", queue), zap.Error(err), zap.String("dead_id", id))
+		return nil, nil
+	}
+	rk := meta.RoutingKey
+	if rk == "" {
+		rk = queue
+	}
+	_, err = t.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		p.ZAdd(ctx, t.keys.unackedIndex, goredis.Z{Score: scoreFloat(time.Now()), Member: meta.Tag})
+		p.HSet(ctx, t.keys.unacked, meta.Tag, unackedValue(item, meta.Exchange, rk))
+		return nil
+	})
+	if err != nil {
+		// Same window as kombu: popped but not recorded. Try to put it back
+		// before giving up on it.
+		if perr := t.rdb.RPush(ctx, key, item).Err(); perr != nil {
+			t.log.Error("redis: message popped but neither recorded nor put back; it is lost",
+				zap.String("queue", queue), zap.String("delivery_tag", meta.Tag), zap.Error(err))
+		}
+		return nil, err
+	}
+	return &popped{queue: queue, tag: meta.Tag, exchange: meta.Exchange, routingKey: rk, raw: item}, nil
+}
+
+func score(t time.Time) string { return strconv.FormatFloat(scoreFloat(t), 'f', 6, 64) }
+
+func scoreFloat(t time.Time) float64 { return float64(t.UnixMicro()) / 1e6 }
+
+func timeJSON(t time.Time) []byte {
+	return []byte(`"` + t.UTC().Format(time.RFC3339Nano) + `"`)
+}
+
+func appendJSONString(b []byte) ([]byte, error) {
+	return marshalJSON(string(b))
+}
+
+// held is a delivery this process holds: popped, recorded in unacked and
+// not yet settled. It is the delivery's Acknowledger.
+type held struct {
+	t          *Transport
+	c          *consumer
+	seq        uint64
+	queue      string
+	tag        string
+	exchange   string
+	routingKey string
+	raw        []byte
+	settled    atomic.Bool
+}
+
+var _ transport.Acknowledger = (*held)(nil)
+
+func (t *Transport) hold(c *consumer, m *popped) *held {
+	h := &held{t: t, c: c, queue: m.queue, tag: m.tag, exchange: m.exchange, routingKey: m.routingKey, raw: m.raw}
+	t.mu.Lock()
+	t.heldSeq++
+	h.seq = t.heldSeq
+	t.held[h] = struct{}{}
+	t.mu.Unlock()
+	return h
+}
+
+// settle marks the delivery settled; only the first caller gets true. It
+// frees the prefetch slot and stops the visibility renewal.
+func (h *held) settle() bool {
+	if !h.settled.CompareAndSwap(false, true) {
+		return false
+	}
+	h.t.mu.Lock()
+	delete(h.t.held, h)
+	h.t.mu.Unlock()
+	if h.c != nil {
+		h.c.release()
+	}
+	return true
+}
+
+// Ack implements transport.Acknowledger: ZREM + HDEL, batched with the
+// other acks in flight into one MULTI/EXEC round trip. If ctx ends first
+// the ack stays queued and is still applied.
+func (h *held) Ack(ctx context.Context, d *transport.Delivery) error {
+	if h.t.isClosed() {
+		return transport.ErrClosed
+	}
+	if !h.settle() {
+		return transport.ErrAlreadyAcknowledged
+	}
+	return h.t.acker.ack(ctx, h.tag)
+}
+
+// Reject implements transport.Acknowledger. With requeue the message goes
+// back to the end of its queue (LPUSH) with the redelivered flags, as
+// kombu's reject(requeue=True); without, it is dropped like an ack (kombu
+// has no dead-lettering on Redis; use DeadLetter to keep it).
+func (h *held) Reject(ctx context.Context, d *transport.Delivery, requeue bool) error {
+	if h.t.isClosed() {
+		return transport.ErrClosed
+	}
+	if !h.settle() {
+		return transport.ErrAlreadyAcknowledged
+	}
+	if !requeue {
+		h.t.log.Info("redis: message rejected without requeue: dropped",
+			zap.String("queue", h.queue), zap.String("delivery_tag", h.tag))
+		return h.t.acker.ack(ctx, h.tag)
+	}
+	return h.t.retry(ctx, func() error {
+		n, err := h.t.restore(ctx, h.tag, h.raw, h.exchange, h.routingKey, h.queue, true, "")
+		if err == nil && n == 0 {
+			return transport.ErrStaleDelivery
+		}
+		return err
+	})
+}
+
+// DeadLetter implements transport.Acknowledger: the message leaves unacked
+// and is appended to its queue's dead-letter list, atomically. It returns
+// transport.ErrStaleDelivery when the message was no longer unacked
+// (restored by a sweep after its visibility timeout).
+func (h *held) DeadLetter(ctx context.Context, d *transport.Delivery, r transport.DeadLetterReason) error {
+	if h.t.isClosed() {
+		return transport.ErrClosed
+	}
+	if !h.settle() {
+		return transport.ErrAlreadyAcknowledged
+	}
+	return h.t.deadLetter(ctx, h, r)
+}
+
+// retry runs f until it succeeds, fails with a non-retryable error or ctx
+// ends.
+func (t *Transport) retry(ctx context.Context, f func() error) error {
+	for attempt := 0; ; attempt++ {
+		err := f()
+		if err == nil || !isRetryable(err) {
+			return err
+		}
+		if attempt >= 20 {
+			return err
+		}
+		tm := time.NewTimer(t.backoff(attempt))
+		select {
+		case <-tm.C:
+		case <-ctx.Done():
+			tm.Stop()
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		}
+	}
+}
+
+// acker batches acks (group commit): whatever acks arrive while one flush
+// is in flight go out together in the next MULTI/EXEC.
+type acker struct {
+	t       *Transport
+	mu      sync.Mutex
+	pending *ackBatch
+	kick    chan struct{}
+}
+
+type ackBatch struct {
+	tags []string
+	done chan struct{}
+	err  error
+}
+
+func newAcker(t *Transport) *acker {
+	return &acker{t: t, pending: &ackBatch{done: make(chan struct{})}, kick: make(chan struct{}, 1)}
+}
+
+func (a *acker) ack(ctx context.Context, tag string) error {
+	a.mu.Lock()
+	b := a.pending
+	b.tags = append(b.tags, tag)
+	a.mu.Unlock()
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case <-b.done:
+		return b.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (a *acker) take() *ackBatch {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b := a.pending
+	a.pending = &ackBatch{done: make(chan struct{})}
+	return b
+}
+
+func (a *acker) run() {
+	for {
+		select {
+		case <-a.kick:
+			a.flush(a.take(), a.t.stop)
+		case <-a.t.stop:
+			// Final flush: acks queued before Close still count.
+			a.flush(a.take(), nil)
+			return
+		}
+	}
+}
+
+func (a *acker) flush(b *ackBatch, stop <-chan struct{}) {
+	defer close(b.done)
+	if len(b.tags) == 0 {
+		return
+	}
+	ctx := context.Background()
+	for attempt := 0; ; attempt++ {
+		_, err := a.t.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+			for i := 0; i < len(b.tags); i += 1000 {
+				chunk := b.tags[i:min(i+1000, len(b.tags))]
+				members := make([]any, len(chunk))
+				for j, tag := range chunk {
+					members[j] = tag
+				}
+				p.ZRem(ctx, a.t.keys.unackedIndex, members...)
+				p.HDel(ctx, a.t.keys.unacked, chunk...)
+			}
+			return nil
+		})
+		if err == nil {
+			return
+		}
+		if !isRetryable(err) || attempt >= 10 {
+			b.err = fmt.Errorf("redis: ack: %w", err)
+			a.t.log.Error("redis: acks failed; the messages stay unacked and come back after the visibility timeout",
+				zap.Int("count", len(b.tags)), zap.Error(err))
+			return
+		}
+		a.t.logError(&a.t.errLimiter, "redis: ack failed; retrying", err, zap.Int("count", len(b.tags)))
+		if stop == nil {
+			time.Sleep(a.t.backoff(attempt))
+		} else if !sleep(stop, a.t.backoff(attempt)) {
+			stop = nil
+		}
+	}
+}

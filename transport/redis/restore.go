@@ -1,0 +1,261 @@
+package redis
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+func marshalJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(b.Bytes(), "\n"), nil
+}
+
+// restore puts a message recorded in unacked back into the queues its
+// exchange and routing key lead to (kombu's restore_by_tag): the
+// redelivered flags are set, the message goes to the list of its priority
+// band (kombu >= 5.4), to the front (RPUSH) or, with leftmost, to the back
+// (LPUSH), and it leaves unacked, all in one atomic step. With expected
+// non-empty the step happens only if the unacked entry still equals it. It
+// returns the script's result: 1 restored, 0 no longer unacked, -1 entry
+// changed.
+func (t *Transport) restore(ctx context.Context, tag string, raw []byte, exchange, routingKey, queue string, leftmost bool, expected string) (int64, error) {
+	payload, err := markRedelivered(raw)
+	if err != nil {
+		// Not an object: put it back as it was rather than lose it.
+		payload = raw
+	}
+	prio := 0
+	if m, err := parseMeta(raw); err == nil {
+		prio = m.Priority
+	}
+	queues, err := t.lookup(ctx, exchange, routingKey, false)
+	if err != nil {
+		return 0, err
+	}
+	if len(queues) == 0 {
+		// kombu would drop the message here; send it where it came from.
+		fallback := queue
+		if fallback == "" {
+			fallback = routingKey
+		}
+		t.log.Warn("redis: no binding for restored message; restoring to its queue",
+			zap.String("exchange", exchange), zap.String("routing_key", routingKey),
+			zap.String("queue", fallback), zap.String("delivery_tag", tag))
+		queues = []string{fallback}
+	}
+	ks := []string{t.keys.unacked, t.keys.unackedIndex}
+	for _, q := range queues {
+		ks = append(ks, t.keys.list(q, prio))
+	}
+	cmd := "RPUSH"
+	if leftmost {
+		cmd = "LPUSH"
+	}
+	return t.scrSettle.Run(ctx, t.rdb, ks, tag, cmd, payload, expected).Int64()
+}
+
+// restoreUndelivered restores messages popped by a consumer that stopped
+// before handing them out, newest first so that they keep their order at
+// the front of their queues.
+func (t *Transport) restoreUndelivered(hs []*held) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := len(hs) - 1; i >= 0; i-- {
+		h := hs[i]
+		if !h.settle() {
+			continue
+		}
+		err := t.retry(ctx, func() error {
+			_, err := t.restore(ctx, h.tag, h.raw, h.exchange, h.routingKey, h.queue, false, "")
+			return err
+		})
+		if err != nil {
+			t.log.Error("redis: could not restore an undelivered message; it comes back after the visibility timeout",
+				zap.String("queue", h.queue), zap.String("delivery_tag", h.tag), zap.Error(err))
+		}
+	}
+}
+
+// background runs the restore sweep and the visibility renewal until Close.
+func (t *Transport) background() {
+	var sweepC, renewC <-chan time.Time
+	if !t.cfg.DisableRestore {
+		t.sweepLogged()
+		tk := time.NewTicker(t.cfg.RestoreInterval * time.Duration(t.cfg.RestoreThrottle))
+		defer tk.Stop()
+		sweepC = tk.C
+	}
+	if t.cfg.RenewInterval > 0 {
+		tk := time.NewTicker(t.cfg.RenewInterval)
+		defer tk.Stop()
+		renewC = tk.C
+	}
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-sweepC:
+			t.sweepLogged()
+		case <-renewC:
+			if err := t.Renew(context.Background()); err != nil {
+				t.logError(&t.bgErrLimits, "redis: visibility renewal failed", err)
+			}
+		}
+	}
+}
+
+func (t *Transport) sweepLogged() {
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.UnackedMutexExpire)
+	defer cancel()
+	n, err := t.Sweep(ctx)
+	if err != nil {
+		t.logError(&t.bgErrLimits, "redis: restore sweep failed", err)
+	}
+	if n > 0 {
+		t.log.Info("redis: restored messages whose visibility timeout passed", zap.Int("count", n))
+	}
+}
+
+// Sweep runs kombu's restore_visible once: under the unacked_mutex (SET NX
+// PX, released with compare-and-delete), every unacked message delivered
+// more than VisibilityTimeout ago goes back to the front of its queue with
+// the redelivered flags, whichever worker (Python or Go) lost it. Messages
+// this process holds are skipped: their visibility is being renewed. It
+// returns how many messages were restored; 0 when another worker holds the
+// mutex. The transport runs it on its own timer; it is exported for tools
+// and tests.
+func (t *Transport) Sweep(ctx context.Context) (int, error) {
+	token := newTag()
+	ok, err := t.rdb.SetNX(ctx, t.keys.unackedMutex, token, t.cfg.UnackedMutexExpire).Result()
+	if err != nil || !ok {
+		return 0, err
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := t.scrUnlock.Run(uctx, t.rdb, []string{t.keys.unackedMutex}, token).Err(); err != nil && !errors.Is(err, goredis.Nil) {
+			t.logError(&t.bgErrLimits, "redis: could not release the restore mutex", err)
+		}
+	}()
+	ceil := scoreFloat(time.Now().Add(-t.cfg.VisibilityTimeout))
+	by := &goredis.ZRangeBy{Max: strconv.FormatFloat(ceil, 'f', 6, 64), Min: "0"}
+	if t.cfg.UnackedRestoreLimit > 0 {
+		by.Count = int64(t.cfg.UnackedRestoreLimit)
+	}
+	tags, err := t.rdb.ZRevRangeByScore(ctx, t.keys.unackedIndex, by).Result()
+	if err != nil {
+		return 0, err
+	}
+	mine := t.heldTags()
+	restored := 0
+	for _, tag := range tags {
+		if _, ok := mine[tag]; ok {
+			continue
+		}
+		v, err := t.rdb.HGet(ctx, t.keys.unacked, tag).Bytes()
+		if errors.Is(err, goredis.Nil) {
+			// An index entry without its message: drop it, as kombu does.
+			if err := t.rdb.ZRem(ctx, t.keys.unackedIndex, tag).Err(); err != nil {
+				return restored, err
+			}
+			continue
+		}
+		if err != nil {
+			return restored, err
+		}
+		env, ex, rk, err := parseUnacked(v)
+		if err != nil {
+			if derr := t.deadLetterRaw(ctx, tag, v, err); derr != nil {
+				return restored, derr
+			}
+			continue
+		}
+		n, err := t.restore(ctx, tag, env, ex, rk, "", false, string(v))
+		if err != nil {
+			return restored, err
+		}
+		if n == 1 {
+			restored++
+		}
+	}
+	return restored, nil
+}
+
+// deadLetterRaw moves an unacked entry that cannot be parsed to the
+// dead-letter list named "_unacked" (its queue is unknown).
+func (t *Transport) deadLetterRaw(ctx context.Context, tag string, v []byte, cause error) error {
+	raw, err := marshalJSON(string(v))
+	if err != nil {
+		return err
+	}
+	item, err := encodeDeadItem(&deadItem{
+		ID: tag, Envelope: raw, Queue: "_unacked", Reason: "undecodable",
+		Error: cause.Error(), Time: timeJSON(time.Now()),
+	})
+	if err != nil {
+		return err
+	}
+	_, err = t.scrSettle.Run(ctx, t.rdb, []string{t.keys.unacked, t.keys.unackedIndex, t.keys.deadList("_unacked")},
+		tag, "RPUSH", item, string(v)).Int64()
+	if err == nil {
+		t.log.Error("redis: malformed unacked entry moved to the dead-letter list",
+			zap.String("delivery_tag", tag), zap.String("dead_list", t.keys.deadList("_unacked")), zap.Error(cause))
+	}
+	return err
+}
+
+func (t *Transport) heldTags() map[string]struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := make(map[string]struct{}, len(t.held))
+	for h := range t.held {
+		m[h.tag] = struct{}{}
+	}
+	return m
+}
+
+// Renew refreshes the unacked_index score of every delivery this process
+// holds (ZADD XX, so settled or restored messages are not re-added). The
+// transport calls it every RenewInterval; it is exported for tests and for
+// callers that hold a message across a long pause.
+func (t *Transport) Renew(ctx context.Context) error {
+	tags := t.heldTags()
+	if len(tags) == 0 {
+		return nil
+	}
+	list := make([]string, 0, len(tags))
+	for tag := range tags {
+		list = append(list, tag)
+	}
+	slices.Sort(list)
+	now := scoreFloat(time.Now())
+	_, err := t.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i := 0; i < len(list); i += 500 {
+			chunk := list[i:min(i+500, len(list))]
+			zs := make([]goredis.Z, len(chunk))
+			for j, tag := range chunk {
+				zs[j] = goredis.Z{Score: now, Member: tag}
+			}
+			p.ZAddXX(ctx, t.keys.unackedIndex, zs...)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redis: renew visibility: %w", err)
+	}
+	return nil
+}

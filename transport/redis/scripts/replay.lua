@@ -1,0 +1,11 @@
+-- Move one dead-letter item back to a queue: remove it from the dead list
+-- and LPUSH the envelope, atomically, so a replay never loses or doubles it.
+--
+-- KEYS[1] dead-letter list, KEYS[2] target list.
+-- ARGV[1] the dead item exactly as stored, ARGV[2] envelope to push.
+-- Returns 1 when moved, 0 when the item was gone.
+if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then
+  redis.call('LPUSH', KEYS[2], ARGV[2])
+  return 1
+end
+return 0
