@@ -150,8 +150,8 @@ type chanSession struct {
 	stopping <-chan struct{}
 
 	dead    atomic.Bool
-	stopped atomic.Bool  // consumer stopped; close the channel once idle
-	idle    sync.Once    // closes the channel of a stopped consumer
+	stopped atomic.Bool // consumer stopped; close the channel once idle
+	idle    sync.Once   // closes the channel of a stopped consumer
 	fw      sync.WaitGroup
 	pending atomic.Int64 // deliveries handed out and not settled
 
