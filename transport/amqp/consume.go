@@ -540,8 +540,11 @@ func (c *consumer) Stop(ctx context.Context) error {
 // SetPrefetch implements transport.Consumer with a new basic.qos. With
 // per-consumer QoS (quorum queues) RabbitMQ applies a new prefetch only to
 // consumers started after it, so every queue is consumed again (basic.cancel
-// then basic.consume; deliveries already received stay valid). During an
-// outage the value is applied on reconnection.
+// then basic.consume; deliveries already received stay valid). The new
+// window then counts only deliveries made after the call: those held from
+// before are outside it until settled, so the number unacknowledged can
+// exceed n by the number held at the call. During an outage the value is
+// applied on reconnection.
 func (c *consumer) SetPrefetch(n int) error {
 	if n < 0 {
 		return fmt.Errorf("amqp: negative prefetch %d", n)
