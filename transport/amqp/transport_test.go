@@ -415,8 +415,12 @@ func TestSubscribe(t *testing.T) {
 	a.must(func(ch *amqp091.Channel) error {
 		return ch.ExchangeDeclarePassive(fan, "fanout", false, false, false, false, nil)
 	})
-	a.must(func(ch *amqp091.Channel) error { return ch.ExchangeDeclare(fan, "fanout", false, false, false, false, nil) })
-	a.must(func(ch *amqp091.Channel) error { return ch.ExchangeDeclare(topic, "topic", true, false, false, false, nil) })
+	a.must(func(ch *amqp091.Channel) error {
+		return ch.ExchangeDeclare(fan, "fanout", false, false, false, false, nil)
+	})
+	a.must(func(ch *amqp091.Channel) error {
+		return ch.ExchangeDeclare(topic, "topic", true, false, false, false, nil)
+	})
 
 	ping := protocol.Message{ContentType: protocol.ContentTypeJSON, Body: []byte(`{"method": "ping"}`),
 		Headers: map[string]any{"clock": int64(1)}, Properties: protocol.Properties{DeliveryMode: 1}}
