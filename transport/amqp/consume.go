@@ -150,8 +150,9 @@ type chanSession struct {
 	stopping <-chan struct{}
 
 	dead    atomic.Bool
-	stopped atomic.Bool // consumer stopped; close the channel once idle
-	idle    sync.Once   // closes the channel of a stopped consumer
+	died    chan struct{} // closed when dead is set
+	stopped atomic.Bool   // consumer stopped; close the channel once idle
+	idle    sync.Once     // closes the channel of a stopped consumer
 	fw      sync.WaitGroup
 	pending atomic.Int64 // deliveries handed out and not settled
 
@@ -166,7 +167,9 @@ func (cs *chanSession) isDead() bool { return cs.dead.Load() || cs.ch.IsClosed()
 // kill marks the channel dead and closes it (the broker requeues its
 // unacknowledged deliveries).
 func (cs *chanSession) kill() {
-	cs.dead.Store(true)
+	if !cs.dead.Swap(true) {
+		close(cs.died)
+	}
 	if !cs.ch.IsClosed() {
 		_ = cs.ch.Close()
 	}
@@ -218,6 +221,7 @@ func (c *consumer) establish(sess *session) (*chanSession, error) {
 		stopping: c.stopping,
 		tags:     make(map[string]string),
 		kick:     make(chan struct{}, 1),
+		died:     make(chan struct{}),
 	}
 	if err := ch.Qos(prefetch, 0, global); err != nil {
 		cs.kill()
@@ -300,6 +304,14 @@ func (cs *chanSession) forward(queue, tag string, in <-chan amqp091.Delivery) {
 			del.settled.Store(true)
 			cs.pending.Add(-1)
 			_ = cs.ch.Reject(d.DeliveryTag, true)
+		case <-cs.died:
+			// Not handed out: the broker delivers it again on the next
+			// channel, where its acknowledgement can succeed.
+			del.settled.Store(true)
+			cs.pending.Add(-1)
+		case <-cs.sess.lost:
+			del.settled.Store(true)
+			cs.pending.Add(-1)
 		}
 	}
 	// The delivery channel closes when the channel dies, when we cancel, or
@@ -709,11 +721,14 @@ func (d *delivery) settle(op func(ch *amqp091.Channel) error) error {
 	if cs.isDead() {
 		return transport.ErrStaleDelivery
 	}
+	// basic.ack and basic.reject have no reply: an error means the frame
+	// could not be written, so the connection is failing and the broker
+	// will deliver the message again.
 	if err := op(cs.ch); err != nil {
-		if cs.isDead() || errors.Is(err, amqp091.ErrClosed) {
+		if errors.Is(err, amqp091.ErrClosed) {
 			return transport.ErrStaleDelivery
 		}
-		return fmt.Errorf("amqp: settle delivery %d: %w", d.tag, err)
+		return fmt.Errorf("%w: %v", transport.ErrStaleDelivery, err)
 	}
 	return nil
 }

@@ -266,3 +266,12 @@ func testCtx(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// amqpPublishing is a task message as another AMQP client would publish it.
+func amqpPublishing(id string) amqp091.Publishing {
+	return amqp091.Publishing{
+		ContentType: "application/json", DeliveryMode: 2,
+		Headers: amqp091.Table{"task": "tasks.add", "id": id},
+		Body:    []byte(`[[], {}, {}]`),
+	}
+}

@@ -62,10 +62,11 @@ func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error 
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			if isConnectionError(err, sess) {
+				prev = sess
+				continue
+			}
 			if ch.IsClosed() {
-				if sess.isLost() {
-					prev = sess
-				}
 				continue
 			}
 			return fmt.Errorf("amqp: publish: %w", err)

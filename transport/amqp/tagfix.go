@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"io"
 	"net"
@@ -338,6 +339,15 @@ func (c *tagFixConn) Read(p []byte) (int, error) {
 			c.ready = c.f.feed(c.buf)
 		}
 	}
+}
+
+// ConnectionState returns the TLS state of the wrapped connection (zero when
+// it is not TLS), so that amqp091's Connection.ConnectionState still works.
+func (c *tagFixConn) ConnectionState() tls.ConnectionState {
+	if tc, ok := c.Conn.(interface{ ConnectionState() tls.ConnectionState }); ok {
+		return tc.ConnectionState()
+	}
+	return tls.ConnectionState{}
 }
 
 var _ io.Reader = (*tagFixConn)(nil)

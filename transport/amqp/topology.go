@@ -3,7 +3,10 @@ package amqp
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/zap"
@@ -228,6 +231,13 @@ func isConnectionError(err error, sess *session) bool {
 		return false
 	}
 	if sess != nil && sess.isLost() {
+		return true
+	}
+	// amqp091 returns the socket's error when a write fails and closes the
+	// connection asynchronously.
+	var opErr *net.OpError
+	if errors.As(err, &opErr) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
 		return true
 	}
 	if errors.Is(err, amqp091.ErrClosed) {
