@@ -206,7 +206,7 @@ func toTableDepth(m map[string]any, depth int) (amqp091.Table, error) {
 	t := make(amqp091.Table, len(m))
 	for k, v := range m {
 		if len(k) > 255 {
-			return nil, fmt.Errorf("amqp: header name longer than 255 bytes: %.40q...", k)
+			return nil, fmt.Errorf("amqp: header name longer than 255 bytes (%d bytes, starting %.40q)", len(k), k)
 		}
 		fv, err := toField(v, depth)
 		if err != nil {
@@ -416,7 +416,7 @@ func publishingFromMessage(m *protocol.Message) (amqp091.Publishing, error) {
 	for _, s := range []string{pub.ContentType, pub.ContentEncoding, pub.CorrelationId, pub.ReplyTo,
 		pub.Expiration, pub.MessageId, pub.Type, pub.UserId, pub.AppId} {
 		if len(s) > 255 {
-			return amqp091.Publishing{}, fmt.Errorf("amqp: property value longer than 255 bytes: %.40q...", s)
+			return amqp091.Publishing{}, fmt.Errorf("amqp: property value longer than 255 bytes (%d bytes, starting %.40q)", len(s), s)
 		}
 	}
 	return pub, nil

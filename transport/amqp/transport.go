@@ -121,22 +121,6 @@ func (t *Transport) isClosed() bool {
 	return t.closed
 }
 
-// register adds a consumer or subscription; it fails after Close.
-func (t *Transport) register(c *consumer, s *subscription) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return transport.ErrClosed
-	}
-	if c != nil {
-		t.consumers[c] = struct{}{}
-	}
-	if s != nil {
-		t.subs[s] = struct{}{}
-	}
-	return nil
-}
-
 func (t *Transport) unregister(c *consumer, s *subscription) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
