@@ -2,7 +2,14 @@ module github.com/celeriac/celeriac/integration
 
 go 1.26.0
 
-require github.com/testcontainers/testcontainers-go v0.45.0
+replace github.com/celeriac/celeriac => ../
+
+require (
+	github.com/celeriac/celeriac v0.0.0
+	github.com/rabbitmq/amqp091-go v1.16.0
+	github.com/testcontainers/testcontainers-go v0.45.0
+	go.uber.org/zap v1.28.0
+)
 
 require (
 	dario.cat/mergo v1.0.2 // indirect
@@ -44,15 +51,16 @@ require (
 	github.com/stretchr/testify v1.12.1 // indirect
 	github.com/tklauser/go-sysconf v0.4.0 // indirect
 	github.com/tklauser/numcpus v0.12.0 // indirect
+	github.com/vmihailenco/msgpack/v5 v5.4.1 // indirect
+	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
 	github.com/yusufpapurcu/wmi v1.2.4 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.69.0 // indirect
 	go.opentelemetry.io/otel v1.44.0 // indirect
 	go.opentelemetry.io/otel/metric v1.44.0 // indirect
 	go.opentelemetry.io/otel/trace v1.44.0 // indirect
+	go.uber.org/multierr v1.10.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )
-
-replace github.com/celeriac/celeriac => ../

@@ -1,0 +1,282 @@
+package amqp
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap"
+)
+
+// DeclarePolicy says what the transport declares on the broker.
+type DeclarePolicy int
+
+const (
+	// DeclareAll declares what Celery declares: for each consumed queue a
+	// durable direct exchange and a durable queue, named alike and bound
+	// with the queue name as routing key; for publishes, the target queue
+	// (default exchange) or exchange when missing. Python and Go workers can
+	// then start in either order.
+	DeclareAll DeclarePolicy = iota
+	// DeclarePassive declares nothing; it only checks that the consumed
+	// queues exist (a passive declare) and fails Consume when one is missing.
+	DeclarePassive
+	// DeclareNone declares and checks nothing: the topology is managed
+	// elsewhere.
+	DeclareNone
+)
+
+// QoSMode selects the basic.qos global flag.
+type QoSMode int
+
+const (
+	// QoSAuto is Celery's rule: the prefetch is global to the channel (shared
+	// by all consumed queues) unless a consumed queue is a quorum queue,
+	// which RabbitMQ refuses to consume with global QoS; then it is per
+	// consumer. A queue counts as quorum when its arguments say
+	// x-queue-type=quorum, when the broker says so in a topology mismatch,
+	// or when the broker refuses global QoS for it.
+	QoSAuto QoSMode = iota
+	// QoSGlobal always sets global=true.
+	QoSGlobal
+	// QoSPerConsumer always sets global=false: every queue gets its own
+	// prefetch window.
+	QoSPerConsumer
+)
+
+// Config configures a Transport. The zero value of each field selects the
+// default documented on it.
+type Config struct {
+	// URL is the broker URL: amqp://user:pass@host:port/vhost (Celery's
+	// "//" path means vhost "/"), amqps:// for TLS, or kombu's pyamqp://
+	// alias. Several URLs separated by ";" (Celery's failover form) are tried
+	// in order when connecting and when reconnecting. Required unless URLs
+	// is set.
+	URL string
+	// URLs are more failover URLs, tried after those in URL.
+	URLs []string
+
+	// TLS configures amqps:// connections. nil means a default configuration
+	// verifying the server against the system roots with the URL's host as
+	// server name. A ServerName left empty is set to the URL's host. The
+	// TLS options of amqp091's URL query (certfile, keyfile, cacertfile) are
+	// not read: build the tls.Config instead.
+	TLS *tls.Config
+
+	// Heartbeat is the heartbeat interval proposed to the broker. Zero means
+	// 10 s, amqp091's default, rather than Celery's 120 s: a dead peer is
+	// noticed after about three intervals, and failover should not wait
+	// minutes. A heartbeat query parameter in the URL wins. Negative means
+	// the broker's value.
+	Heartbeat time.Duration
+
+	// DialTimeout bounds one connection attempt (TCP, TLS and the AMQP
+	// handshake). Zero means 10 s.
+	DialTimeout time.Duration
+
+	// ConnectionName is sent as the connection_name client property, shown
+	// by rabbitmqctl list_connections and the management UI. The transport
+	// opens two connections, named ConnectionName+" consumer" and
+	// ConnectionName+" publisher". Zero means "celeriac".
+	ConnectionName string
+
+	// Logger receives connection events, topology warnings and errors. nil
+	// means no logging.
+	Logger *zap.Logger
+
+	// ReconnectInitial is the first delay between reconnection rounds (one
+	// round tries every URL once); it doubles each round up to ReconnectMax.
+	// Zero means 100 ms; ReconnectMax zero means 10 s.
+	ReconnectInitial time.Duration
+	ReconnectMax     time.Duration
+	// ReconnectJitter is the fraction of each delay that is randomised: a
+	// delay d becomes a value in [d×(1−j), d]. Zero means 0.5; negative
+	// means no jitter.
+	ReconnectJitter float64
+
+	// QueueArguments are declaration arguments for every task queue the
+	// transport declares (x-max-priority, x-queue-type, ...), under
+	// transport.Queue.Arguments, which win per key. They must equal those of
+	// existing queues; see StrictTopology.
+	QueueArguments map[string]any
+
+	// Declare says what is declared. Zero means DeclareAll.
+	Declare DeclarePolicy
+
+	// StrictTopology makes an existing queue or exchange that differs from
+	// the declaration (RabbitMQ's 406 PRECONDITION_FAILED) an error
+	// (*MismatchError, wrapping transport.ErrTopologyMismatch). By default
+	// the difference is logged at warn level and the existing entity is used
+	// as it is, after a passive declare.
+	StrictTopology bool
+
+	// QoS selects the basic.qos global flag. Zero means QoSAuto.
+	QoS QoSMode
+
+	// ConfirmTimeout bounds the wait for the broker's publisher confirm of
+	// one Publish, on top of the caller's ctx. Zero means 30 s; negative
+	// means only the ctx bounds it.
+	ConfirmTimeout time.Duration
+
+	// DeadLetterQueue names the queue that holds the dead letters of a task
+	// queue, for the transport.DeadLetterStore methods (the queue the
+	// task queue's dead-letter exchange routes to). nil means queue+".dlq".
+	DeadLetterQueue func(queue string) string
+}
+
+// Defaults for Config fields.
+const (
+	defaultHeartbeat        = 10 * time.Second
+	defaultDialTimeout      = 10 * time.Second
+	defaultConnectionName   = "celeriac"
+	defaultReconnectInitial = 100 * time.Millisecond
+	defaultReconnectMax     = 10 * time.Second
+	defaultReconnectJitter  = 0.5
+	defaultConfirmTimeout   = 30 * time.Second
+)
+
+// brokerURL is one parsed broker URL.
+type brokerURL struct {
+	// dial is the URL handed to amqp091: for amqps the scheme is rewritten
+	// to amqp with an explicit port, because the transport performs the TLS
+	// handshake itself (its Dial hook must wrap the decrypted stream).
+	dial string
+	// redacted is the URL for logs, password hidden.
+	redacted string
+	tls      bool
+	host     string
+}
+
+// parseURLs splits Celery's ";"-separated failover form and parses each URL.
+func parseURLs(primary string, more []string) ([]brokerURL, error) {
+	var raw []string
+	for _, s := range append([]string{primary}, more...) {
+		for _, part := range strings.Split(s, ";") {
+			if part = strings.TrimSpace(part); part != "" {
+				raw = append(raw, part)
+			}
+		}
+	}
+	if len(raw) == 0 {
+		return nil, errors.New("amqp: no broker URL configured")
+	}
+	out := make([]brokerURL, 0, len(raw))
+	for _, r := range raw {
+		b, err := parseURL(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+func parseURL(raw string) (brokerURL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url's error repeats the URL, password included.
+		return brokerURL{}, errors.New("amqp: malformed broker URL")
+	}
+	redacted := u.Redacted()
+	var b brokerURL
+	switch u.Scheme {
+	case "amqp", "pyamqp", "librabbitmq":
+		u.Scheme = "amqp"
+	case "amqps":
+		u.Scheme = "amqp"
+		b.tls = true
+		if u.Port() == "" {
+			u.Host = net.JoinHostPort(u.Hostname(), "5671")
+		}
+	default:
+		return brokerURL{}, fmt.Errorf("amqp: broker URL %s: scheme must be amqp, amqps or pyamqp", redacted)
+	}
+	b.dial = u.String()
+	b.redacted = redacted
+	b.host = u.Hostname()
+	if _, err := amqp091.ParseURI(b.dial); err != nil {
+		return brokerURL{}, fmt.Errorf("amqp: broker URL %s: %w", redacted, err)
+	}
+	return b, nil
+}
+
+// settings is a Config with defaults applied and URLs parsed.
+type settings struct {
+	Config
+	urls []brokerURL
+	log  *zap.Logger
+}
+
+func newSettings(c Config) (*settings, error) {
+	urls, err := parseURLs(c.URL, c.URLs)
+	if err != nil {
+		return nil, err
+	}
+	s := &settings{Config: c, urls: urls, log: c.Logger}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	if s.Heartbeat == 0 {
+		s.Heartbeat = defaultHeartbeat
+	}
+	if s.DialTimeout <= 0 {
+		s.DialTimeout = defaultDialTimeout
+	}
+	if s.ConnectionName == "" {
+		s.ConnectionName = defaultConnectionName
+	}
+	if s.ReconnectInitial <= 0 {
+		s.ReconnectInitial = defaultReconnectInitial
+	}
+	if s.ReconnectMax <= 0 {
+		s.ReconnectMax = defaultReconnectMax
+	}
+	if s.ReconnectMax < s.ReconnectInitial {
+		s.ReconnectMax = s.ReconnectInitial
+	}
+	switch {
+	case s.ReconnectJitter == 0:
+		s.ReconnectJitter = defaultReconnectJitter
+	case s.ReconnectJitter < 0:
+		s.ReconnectJitter = 0
+	case s.ReconnectJitter > 1:
+		return nil, fmt.Errorf("amqp: ReconnectJitter %v outside [0, 1]", s.ReconnectJitter)
+	}
+	if s.ConfirmTimeout == 0 {
+		s.ConfirmTimeout = defaultConfirmTimeout
+	}
+	switch s.Declare {
+	case DeclareAll, DeclarePassive, DeclareNone:
+	default:
+		return nil, fmt.Errorf("amqp: unknown DeclarePolicy %d", s.Declare)
+	}
+	switch s.QoS {
+	case QoSAuto, QoSGlobal, QoSPerConsumer:
+	default:
+		return nil, fmt.Errorf("amqp: unknown QoSMode %d", s.QoS)
+	}
+	if s.DeadLetterQueue == nil {
+		s.DeadLetterQueue = func(q string) string { return q + ".dlq" }
+	}
+	if _, err := toTable(s.QueueArguments); err != nil {
+		return nil, fmt.Errorf("amqp: QueueArguments: %w", err)
+	}
+	return s, nil
+}
+
+// backoff returns the delay before reconnection round n (0-based): initial ×
+// 2^n capped at max, of which the fraction jitter is randomised by r in
+// [0, 1).
+func backoff(n int, initial, max time.Duration, jitter, r float64) time.Duration {
+	d := float64(initial) * math.Pow(2, float64(min(n, 62)))
+	if d > float64(max) {
+		d = float64(max)
+	}
+	return time.Duration(d * (1 - jitter*r))
+}

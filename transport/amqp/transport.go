@@ -1,0 +1,192 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/celeriac/celeriac/transport"
+)
+
+// Transport is a RabbitMQ transport speaking Celery's AMQP conventions. It
+// keeps two connections, one for consumers and subscriptions and one for
+// publishing, so that broker flow control on publishers never stalls acks.
+// It is safe for concurrent use.
+type Transport struct {
+	s   *settings
+	con *link // consumers, subscriptions
+	pub *link // publishing, admin, dead letters
+
+	pubMu    sync.Mutex
+	pubSess  *session
+	confirmC *pubChannel
+	plainC   *pubChannel
+
+	mu        sync.Mutex
+	closed    bool
+	consumers map[*consumer]struct{}
+	subs      map[*subscription]struct{}
+	wg        sync.WaitGroup // consumer and subscription loops
+
+	seq atomic.Uint64 // consumer ids and tags
+}
+
+var (
+	_ transport.Transport = (*Transport)(nil)
+	_ transport.Admin     = (*Transport)(nil)
+)
+
+// Dial connects to the broker: each configured URL is tried once, in order,
+// and the first that answers is used. Later connection losses are repaired
+// in the background (see Config). Cancelling ctx aborts the connection
+// attempts.
+func Dial(ctx context.Context, c Config) (*Transport, error) {
+	return dial(ctx, c, nil)
+}
+
+// dial is Dial with a hook that sees each raw connection (tests inject
+// faults through it).
+func dial(ctx context.Context, c Config, hook func(role string, conn *tagFixConn)) (*Transport, error) {
+	s, err := newSettings(c)
+	if err != nil {
+		return nil, err
+	}
+	roleHook := func(role string) func(*tagFixConn) {
+		if hook == nil {
+			return nil
+		}
+		return func(c *tagFixConn) { hook(role, c) }
+	}
+	con, err := dialLink(ctx, s, "consumer", roleHook("consumer"))
+	if err != nil {
+		return nil, err
+	}
+	pub, err := dialLink(ctx, s, "publisher", roleHook("publisher"))
+	if err != nil {
+		con.close()
+		return nil, err
+	}
+	return &Transport{
+		s:         s,
+		con:       con,
+		pub:       pub,
+		consumers: make(map[*consumer]struct{}),
+		subs:      make(map[*subscription]struct{}),
+	}, nil
+}
+
+// Close stops all consumers and subscriptions and closes both connections.
+// Deliveries not acknowledged yet go back to their queues (the broker
+// requeues them when their channel closes); acknowledging them afterwards
+// returns transport.ErrStaleDelivery. Close is idempotent.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	cons := make([]*consumer, 0, len(t.consumers))
+	for c := range t.consumers {
+		cons = append(cons, c)
+	}
+	subs := make([]*subscription, 0, len(t.subs))
+	for s := range t.subs {
+		subs = append(subs, s)
+	}
+	t.mu.Unlock()
+
+	for _, c := range cons {
+		c.shutdown()
+	}
+	for _, s := range subs {
+		s.shutdown()
+	}
+	t.wg.Wait()
+	for _, c := range cons {
+		c.closeChannel()
+	}
+	t.pub.close()
+	t.con.close()
+	return nil
+}
+
+func (t *Transport) isClosed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.closed
+}
+
+func (t *Transport) unregister(c *consumer, s *subscription) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.consumers, c)
+	delete(t.subs, s)
+}
+
+// Len returns the number of ready messages in a queue (messages delivered
+// and not yet acknowledged are not counted, as RabbitMQ counts). A queue
+// that does not exist has length 0.
+func (t *Transport) Len(ctx context.Context, queue string) (int, error) {
+	n := 0
+	err := t.withPubChannel(ctx, func(ch *amqp091.Channel) error {
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		n = q.Messages
+		return err
+	})
+	if isNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("amqp: length of %q: %w", queue, err)
+	}
+	return n, nil
+}
+
+// Purge deletes the ready messages of a queue and returns how many. A queue
+// that does not exist has nothing to purge.
+func (t *Transport) Purge(ctx context.Context, queue string) (int, error) {
+	n := 0
+	err := t.withPubChannel(ctx, func(ch *amqp091.Channel) error {
+		var err error
+		n, err = ch.QueuePurge(queue, false)
+		return err
+	})
+	if isNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("amqp: purge %q: %w", queue, err)
+	}
+	return n, nil
+}
+
+// withPubChannel runs fn on a throwaway channel of the publishing
+// connection, waiting out (and retrying after) connection losses.
+func (t *Transport) withPubChannel(ctx context.Context, fn func(ch *amqp091.Channel) error) error {
+	var prev *session
+	for {
+		if t.isClosed() {
+			return transport.ErrClosed
+		}
+		sess, err := t.pub.next(ctx, prev)
+		if err != nil {
+			return err
+		}
+		tp := &topo{sess: sess}
+		err = tp.do(fn)
+		tp.close()
+		if isConnectionError(err, sess) {
+			prev = sess
+			continue
+		}
+		return err
+	}
+}
+
+// errNack is returned when the broker refuses a publish (basic.nack).
+var errNack = errors.New("amqp: broker refused the message (basic.nack)")
