@@ -1,0 +1,43 @@
+// Package redis is Celery's Redis result backend (result_backend =
+// redis://...), written so that Python's AsyncResult.get() behaves as if a
+// Python worker had stored the result.
+//
+// # Keys and commands
+//
+// A task's state is the document protocol.EncodeResult produces, stored under
+// celery-task-meta-<task id> with SETEX (SET when results do not expire) and
+// PUBLISHed on the channel of the same name. Python clients waiting in
+// .get() are subscribed to that channel; without the PUBLISH they would hang
+// until their timeout. Both commands run in one Lua script that first reads
+// the key and leaves a stored SUCCESS alone, so a redelivered or late copy of
+// a task can never replace its result.
+//
+// Chords use Celery's keys under celery-taskset-meta-<group id>: .j (a
+// sorted set of the encoded parts [1, task_id, state, result] scored by
+// group_index, or a list with UnorderedChords), .t (parts added by
+// Task.replace) and .s (the chord size the client writes before publishing
+// the last header task). [Backend.ChordPartReturn] runs Celery's
+// on_chord_part_return sequence in one script, so Go and Python workers can
+// share the header tasks of one chord and exactly one of them fires the body.
+//
+// # Serializer
+//
+// The backend stores no content type: a Python client decodes results with
+// its own result_serializer. Config.Serializer must therefore match the
+// clients' result_serializer (json by default), whatever serializer the
+// task messages use.
+//
+// # Group commit
+//
+// Concurrent Store calls are written together: one goroutine takes whatever
+// is queued and sends it as one pipeline, so N concurrent writers cost about
+// one round trip instead of N, while a lone Store is sent at once.
+//
+//	be, err := redis.New(redis.Config{URL: "redis://127.0.0.1:6379/1"})
+//	if err != nil { ... }
+//	defer be.Close()
+//	err = be.Store(ctx, backend.StoreRequest{Meta: &protocol.ResultMeta{
+//		TaskID: id, Status: protocol.StateSuccess, Result: int64(5), DateDone: time.Now()}})
+//
+// redis imports backend and protocol, go-redis (as goredis) and zap.
+package redis

@@ -1,0 +1,326 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"sync"
+
+	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/celeriac/celeriac/backend"
+	"github.com/celeriac/celeriac/protocol"
+)
+
+var (
+	//go:embed scripts/store.lua
+	storeLua string
+	//go:embed scripts/chord.lua
+	chordLua string
+)
+
+// Backend is Celery's Redis result backend. It is safe for concurrent use.
+type Backend struct {
+	client *goredis.Client
+	s      settings
+
+	storeScript *goredis.Script
+	chordScript *goredis.Script
+
+	// mu guards closed; inflight counts calls that passed the closed check,
+	// so that Close can wait for them before stopping the committer and the
+	// client.
+	mu       sync.RWMutex
+	closed   bool
+	inflight sync.WaitGroup
+
+	queue chan *storeOp
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+var (
+	_ backend.Backend = (*Backend)(nil)
+	_ backend.Chords  = (*Backend)(nil)
+)
+
+// New connects to Redis as cfg says and starts the goroutine that commits
+// stores in batches. It does not contact the server: connection errors show
+// up on the first call (use Ping to check early). Close releases it.
+func New(cfg Config) (*Backend, error) {
+	s, err := cfg.settings()
+	if err != nil {
+		return nil, err
+	}
+	client, err := cfg.newClient()
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{
+		client:      client,
+		s:           s,
+		storeScript: goredis.NewScript(storeLua),
+		chordScript: goredis.NewScript(chordLua),
+		queue:       make(chan *storeOp, s.maxBatch),
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
+	}
+	if s.maxBatch > 1 {
+		go b.commitLoop()
+	} else {
+		close(b.done)
+	}
+	return b, nil
+}
+
+// Ping checks that the server answers.
+func (b *Backend) Ping(ctx context.Context) error {
+	if err := b.enter(); err != nil {
+		return err
+	}
+	defer b.inflight.Done()
+	if err := b.client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis backend: ping: %w", err)
+	}
+	return nil
+}
+
+// TaskKey returns the key (and pub/sub channel) of a task's result, for
+// example celery-task-meta-<id>.
+func (b *Backend) TaskKey(taskID string) string { return b.s.taskPrefix + taskID }
+
+// groupKey returns the key of a group, plus suffix (".j", ".t", ".s").
+func (b *Backend) groupKey(groupID, suffix string) string {
+	return b.s.groupPrefix + groupID + suffix
+}
+
+// enter registers a call, or returns ErrClosed. The caller must call
+// b.inflight.Done when it returns.
+func (b *Backend) enter() error {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return backend.ErrClosed
+	}
+	b.inflight.Add(1)
+	return nil
+}
+
+// Store encodes the state with the configured serializer and writes it with
+// one script that skips the write when the stored state is SUCCESS, else
+// does SETEX (SET without expiry) and PUBLISH on the key's channel, which is
+// what wakes Python clients waiting in AsyncResult.get(). Stores from
+// concurrent callers share one pipeline round trip; each gets its own error.
+//
+// Store returns ErrClosed after Close. When ctx ends first it returns
+// ctx.Err(), and the write may still happen.
+func (b *Backend) Store(ctx context.Context, r backend.StoreRequest) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m := r.Meta
+	switch {
+	case m == nil:
+		return errors.New("redis backend: Store: nil meta")
+	case m.TaskID == "":
+		return errors.New("redis backend: Store: empty task id")
+	case m.Status == "":
+		return fmt.Errorf("redis backend: Store %s: empty status", m.TaskID)
+	}
+	if err := b.enter(); err != nil {
+		return err
+	}
+	defer b.inflight.Done()
+	value, err := protocol.EncodeResult(m, b.s.contentType)
+	if err != nil {
+		return fmt.Errorf("redis backend: encode result of %s: %w", m.TaskID, err)
+	}
+	if len(value) > maxValueSize {
+		return fmt.Errorf("redis backend: result of %s is %d bytes, over Redis's 512 MB limit", m.TaskID, len(value))
+	}
+	op := &storeOp{key: b.TaskKey(m.TaskID), value: value, done: make(chan error, 1)}
+	if b.s.maxBatch == 1 {
+		// No batching: the caller's goroutine does the round trip, under
+		// the caller's context.
+		b.commit(ctx, []*storeOp{op})
+		if err := <-op.done; err != nil {
+			return fmt.Errorf("redis backend: store %s: %w", m.TaskID, err)
+		}
+		return nil
+	}
+	select {
+	case b.queue <- op:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-op.done:
+		if err != nil {
+			return fmt.Errorf("redis backend: store %s: %w", m.TaskID, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Get reads and decodes a task's stored state, or returns ErrNotFound (the
+// state Celery reports as PENDING).
+func (b *Backend) Get(ctx context.Context, taskID string) (*protocol.ResultMeta, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := b.enter(); err != nil {
+		return nil, err
+	}
+	defer b.inflight.Done()
+	data, err := b.client.Get(ctx, b.TaskKey(taskID)).Bytes()
+	if errors.Is(err, goredis.Nil) {
+		return nil, backend.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redis backend: get %s: %w", taskID, err)
+	}
+	m, err := protocol.DecodeResult(data, b.s.contentType, protocol.DecodeOptions{MaxBodySize: maxValueSize})
+	if err != nil {
+		return nil, fmt.Errorf("redis backend: decode result of %s: %w", taskID, err)
+	}
+	return m, nil
+}
+
+// Close waits for calls in progress, stops the committer and closes the
+// connections. Later calls, including Close, return ErrClosed.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return backend.ErrClosed
+	}
+	b.closed = true
+	b.mu.Unlock()
+	b.inflight.Wait()
+	close(b.stop)
+	<-b.done // closed at once when there is no committer
+	if err := b.client.Close(); err != nil {
+		return fmt.Errorf("redis backend: close: %w", err)
+	}
+	return nil
+}
+
+// storeOp is one queued Store.
+type storeOp struct {
+	key   string
+	value []byte
+	done  chan error // buffered: the committer never blocks on a caller that left
+}
+
+// commitLoop is the group commit: it takes the first queued store, adds
+// whatever else is already queued (without waiting for more, so an idle
+// backend adds no latency) and writes the batch in one pipeline. While that
+// round trip is in flight, new stores queue up for the next batch.
+func (b *Backend) commitLoop() {
+	defer close(b.done)
+	batch := make([]*storeOp, 0, b.s.maxBatch)
+	for {
+		select {
+		case op := <-b.queue:
+			batch = append(batch[:0], op)
+		fill:
+			for len(batch) < b.s.maxBatch {
+				select {
+				case op := <-b.queue:
+					batch = append(batch, op)
+				default:
+					break fill
+				}
+			}
+			b.commit(context.Background(), batch)
+			clear(batch)
+		case <-b.stop:
+			// Close waited for every caller, so nothing is sent any more;
+			// stores whose callers gave up (ctx) may still be queued, and
+			// they are written as promised.
+			batch = batch[:0]
+			for {
+				select {
+				case op := <-b.queue:
+					batch = append(batch, op)
+					if len(batch) < b.s.maxBatch {
+						continue
+					}
+				default:
+				}
+				if len(batch) == 0 {
+					return
+				}
+				b.commit(context.Background(), batch)
+				batch = batch[:0]
+			}
+		}
+	}
+}
+
+// commit writes a batch and reports each store's outcome to its caller.
+// The committer passes a background context: a result that reached the
+// queue is written even if its caller gave up (go-redis's timeouts bound the
+// round trip).
+func (b *Backend) commit(ctx context.Context, batch []*storeOp) {
+	cmds := b.runStores(ctx, batch, false)
+	var retry []int
+	for i, c := range cmds {
+		if isNoScript(c.Err()) {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) > 0 {
+		// The script cache was flushed (SCRIPT FLUSH, restart, failover):
+		// EVAL sends the source and loads it again.
+		b.s.log.Debug("redis backend: reloading the store script", zap.Int("stores", len(retry)))
+		again := make([]*storeOp, len(retry))
+		for j, i := range retry {
+			again[j] = batch[i]
+		}
+		for j, c := range b.runStores(ctx, again, true) {
+			cmds[retry[j]] = c
+		}
+	}
+	for i, op := range batch {
+		err := cmds[i].Err()
+		if err == nil {
+			if n, _ := cmds[i].Int64(); n == 0 {
+				b.s.log.Debug("redis backend: result kept, the task already succeeded", zap.String("key", op.key))
+			}
+		}
+		op.done <- err
+	}
+}
+
+func (b *Backend) runStores(ctx context.Context, batch []*storeOp, eval bool) []*goredis.Cmd {
+	cmds := make([]*goredis.Cmd, len(batch))
+	run := func(p goredis.Cmdable) {
+		for i, op := range batch {
+			keys := []string{op.key}
+			if eval {
+				cmds[i] = b.storeScript.Eval(ctx, p, keys, op.value, b.s.expires, b.s.luaFormat)
+			} else {
+				cmds[i] = b.storeScript.EvalSha(ctx, p, keys, op.value, b.s.expires, b.s.luaFormat)
+			}
+		}
+	}
+	if len(batch) == 1 {
+		run(b.client)
+		return cmds
+	}
+	// Pipeline errors are per command; Exec's own error repeats the first.
+	_, _ = b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		run(p)
+		return nil
+	})
+	return cmds
+}
+
+func isNoScript(err error) bool {
+	return err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT")
+}
