@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/big"
 	"slices"
 	"time"
@@ -312,6 +313,8 @@ func AppendMsgpack(dst []byte, v any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+const pythonNaNBits = 0x7ff8000000000000
+
 type msgpackEncoder struct {
 	enc  *msgpack.Encoder
 	keys []string
@@ -331,6 +334,11 @@ func (e *msgpackEncoder) value(v any, depth int) error {
 	case int:
 		return enc.EncodeInt(int64(x))
 	case float64:
+		if math.IsNaN(x) {
+			// Python writes NaN with C's default bits; do the same so
+			// output is byte-identical (any NaN reads back as nan).
+			x = math.Float64frombits(pythonNaNBits)
+		}
 		return enc.EncodeFloat64(x)
 	case []any:
 		if depth >= maxEncodeDepth {
