@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"encoding/json"
 	"math"
 	"math/big"
 	"testing"
@@ -108,6 +109,8 @@ func TestToValue(t *testing.T) {
 		{"pointer to time", &ts, ts},
 		{"nil map", map[string]int(nil), nil},
 		{"text", textEnum(0), "off"},
+		{"json number int", json.Number("12"), int64(12)},
+		{"json number float", json.Number("1e2"), 100.0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
