@@ -26,8 +26,8 @@ import (
 //     Python does);
 //   - str becomes string (invalid UTF-8 is an error, as in Python) and bin
 //     becomes []byte;
-//   - maps become map[string]any: keys must be str, or bin taken as its
-//     bytes. Other keys are an error: Python's unpackb refuses them too
+//   - maps become map[string]any: keys must be str, or bin holding UTF-8
+//     text. Other keys are an error: Python's unpackb refuses them too
 //     (strict_map_key), so no Python producer sends them;
 //   - the timestamp extension (-1) becomes a time.Time in UTC; any other
 //     extension is an error.
@@ -227,7 +227,10 @@ func (d *msgpackDecoder) object() (any, error) {
 			k, err = d.str()
 		case msgpcode.IsBin(c):
 			var raw []byte
-			raw, err = d.raw()
+			if raw, err = d.raw(); err == nil && !utf8.Valid(raw) {
+				// Keys are strings here, and strings are UTF-8.
+				err = d.errorf("bin map key is not UTF-8")
+			}
 			k = string(raw)
 		default:
 			return nil, d.errorf("map key with code 0x%02x is not a str or bin", c)

@@ -150,6 +150,7 @@ func TestDecodeMsgpackErrors(t *testing.T) {
 		{name: "truncated int", give: []byte{0xcd, 0x01}, wantMsg: "unexpected end"},
 		{name: "extra data", give: []byte{0x01, 0x02}, wantMsg: "extra data"},
 		{name: "int key", give: []byte{0x81, 0x01, 0x02}, wantMsg: "not a str or bin"},
+		{name: "binary bin key", give: []byte{0x81, 0xc4, 0x01, 0x88, 0x30}, wantMsg: "bin map key is not UTF-8"},
 		{name: "unknown ext", give: []byte{0xd4, 0x05, 0x00}, wantMsg: "unsupported extension type 5"},
 		{name: "bad timestamp size", give: []byte{0xd5, 0xff, 0, 0}, wantMsg: "timestamp extension of 2 bytes"},
 		{name: "timestamp nanoseconds", give: []byte{0xc7, 12, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0}, wantMsg: "out of range"},
