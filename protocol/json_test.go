@@ -365,7 +365,8 @@ func TestJSONRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("case %d: DecodeJSON(%s): %v", i, data, err)
 			}
-			if diff := cmp.Diff(v, got, valueOpts); diff != "" {
+			if !valueEqual(v, got) {
+				diff := cmp.Diff(v, got, valueOpts)
 				t.Fatalf("case %d typed=%v: round trip of %s mismatch (-want +got):\n%s", i, typed, data, diff)
 			}
 		}
@@ -462,8 +463,8 @@ func FuzzJSON(f *testing.F) {
 		if err != nil {
 			t.Fatalf("DecodeJSON(%s) of re-encoded %q: %v", out, data, err)
 		}
-		if diff := cmp.Diff(truncMicro(v), v2, valueOpts); diff != "" {
-			t.Fatalf("re-encode round trip of %q via %s mismatch (-want +got):\n%s", data, out, diff)
+		if want := truncMicro(v); !valueEqual(want, v2) {
+			t.Fatalf("re-encode round trip of %q via %s mismatch:\nwant %#v\n got %#v", data, out, want, v2)
 		}
 	})
 }

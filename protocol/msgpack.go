@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/big"
 	"slices"
 	"time"
@@ -25,8 +26,8 @@ import (
 //     Python does);
 //   - str becomes string (invalid UTF-8 is an error, as in Python) and bin
 //     becomes []byte;
-//   - maps become map[string]any: keys must be str, or bin taken as its
-//     bytes. Other keys are an error: Python's unpackb refuses them too
+//   - maps become map[string]any: keys must be str, or bin holding UTF-8
+//     text. Other keys are an error: Python's unpackb refuses them too
 //     (strict_map_key), so no Python producer sends them;
 //   - the timestamp extension (-1) becomes a time.Time in UTC; any other
 //     extension is an error.
@@ -226,7 +227,10 @@ func (d *msgpackDecoder) object() (any, error) {
 			k, err = d.str()
 		case msgpcode.IsBin(c):
 			var raw []byte
-			raw, err = d.raw()
+			if raw, err = d.raw(); err == nil && !utf8.Valid(raw) {
+				// Keys are strings here, and strings are UTF-8.
+				err = d.errorf("bin map key is not UTF-8")
+			}
 			k = string(raw)
 		default:
 			return nil, d.errorf("map key with code 0x%02x is not a str or bin", c)
@@ -312,6 +316,8 @@ func AppendMsgpack(dst []byte, v any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+const pythonNaNBits = 0x7ff8000000000000
+
 type msgpackEncoder struct {
 	enc  *msgpack.Encoder
 	keys []string
@@ -331,6 +337,11 @@ func (e *msgpackEncoder) value(v any, depth int) error {
 	case int:
 		return enc.EncodeInt(int64(x))
 	case float64:
+		if math.IsNaN(x) {
+			// Python writes NaN with C's default bits; do the same so
+			// output is byte-identical (any NaN reads back as nan).
+			x = math.Float64frombits(pythonNaNBits)
+		}
 		return enc.EncodeFloat64(x)
 	case []any:
 		if depth >= maxEncodeDepth {

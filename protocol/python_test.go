@@ -225,3 +225,36 @@ func truncMicro(v any) any {
 	}
 	return v
 }
+
+// valueEqual compares values as valueOpts does, in linear time. cmp.Diff
+// goes exponential on deeply nested one-element lists (it re-compares
+// elements while searching for an edit script), so fuzz targets compare
+// with this and only describe a mismatch.
+func valueEqual(a, b any) bool {
+	switch x := a.(type) {
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) || (x == nil) != (y == nil) {
+			return false
+		}
+		for i := range x {
+			if !valueEqual(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) || (x == nil) != (y == nil) {
+			return false
+		}
+		for k, v := range x {
+			w, ok := y[k]
+			if !ok || !valueEqual(v, w) {
+				return false
+			}
+		}
+		return true
+	}
+	return cmp.Equal(a, b, valueOpts)
+}

@@ -370,7 +370,7 @@ func daysIn(m time.Month, y int) int {
 //   - every Go integer type becomes int64 (*big.Int above the int64
 //     range), float32 becomes the float64 with the same shortest digits;
 //   - a nil pointer, slice, map or interface becomes nil;
-//   - json.Marshaler output is decoded with [DecodeJSON];
+//   - json.Marshaler output and json.Number are decoded with [DecodeJSON];
 //   - encoding.TextMarshaler becomes its text;
 //   - pointers and interfaces are followed; slices and arrays become
 //     []any ([]byte for byte elements); maps with string keys become
@@ -423,6 +423,13 @@ func toValue(v any, depth int) (any, error) {
 		return uintValue(x), nil
 	case float32:
 		return float32Value(x), nil
+	case json.Number:
+		n, err := DecodeJSON([]byte(x), DecodeOptions{})
+		switch n.(type) {
+		case int64, float64, *big.Int:
+			return n, nil
+		}
+		return nil, fmt.Errorf("protocol: encode json.Number %q: not a number (%v)", string(x), err)
 	case []any:
 		if x == nil {
 			return nil, nil
