@@ -58,16 +58,12 @@ func EncodeResult(m *ResultMeta, contentType string) ([]byte, error) {
 		return nil, errors.New("protocol: encode result: empty status")
 	}
 	ct := orDefault(contentType, ContentTypeJSON)
-	result := m.Result
-	switch r := result.(type) {
+	var exc *ExceptionInfo
+	switch r := m.Result.(type) {
 	case *ExceptionInfo:
-		if r != nil {
-			result = r.Value()
-		} else {
-			result = nil
-		}
+		exc = r
 	case ExceptionInfo:
-		result = r.Value()
+		exc = &r
 	}
 	children := m.Children
 	if children == nil {
@@ -86,7 +82,17 @@ func EncodeResult(m *ResultMeta, contentType string) ([]byte, error) {
 		}
 	}
 	add(rmStatus, string(m.Status))
-	add(rmResult, result)
+	switch {
+	case exc != nil:
+		var raw []byte
+		if raw, err = exc.encode(ct); err == nil {
+			err = o.addRaw(rmResult, raw)
+		}
+	case isNilExceptionInfo(m.Result):
+		add(rmResult, nil)
+	default:
+		add(rmResult, m.Result)
+	}
 	add(rmTraceback, nullIfEmpty(m.Traceback))
 	add(rmChildren, children)
 	add(rmDateDone, dateDone)
@@ -223,6 +229,30 @@ func (e *ExceptionInfo) Value() map[string]any {
 		msg = []any{}
 	}
 	return map[string]any{excType: e.Type, excMessage: msg, excModule: e.Module}
+}
+
+// encode writes e as Celery's exception dict, keys in Celery's order.
+func (e *ExceptionInfo) encode(contentType string) ([]byte, error) {
+	msg := e.Message
+	if msg == nil {
+		msg = []any{}
+	}
+	o := newOrderedObject(contentType, 3)
+	if err := o.add(excType, e.Type); err != nil {
+		return nil, err
+	}
+	if err := o.add(excMessage, msg); err != nil {
+		return nil, err
+	}
+	if err := o.add(excModule, e.Module); err != nil {
+		return nil, err
+	}
+	return o.bytes()
+}
+
+func isNilExceptionInfo(v any) bool {
+	e, ok := v.(*ExceptionInfo)
+	return ok && e == nil
 }
 
 // Error renders e as Python prints an uncaught exception's last line:
