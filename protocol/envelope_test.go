@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/celeriac/celeriac/protocol"
 )
 
@@ -62,7 +60,7 @@ func TestDecodeEnvelope(t *testing.T) {
 			if err != nil {
 				t.Fatalf("DecodeEnvelope: %v", err)
 			}
-			if diff := cmp.Diff(tt.want, *got); diff != "" {
+			if diff := valueDiff(tt.want, *got); diff != "" {
 				t.Errorf("DecodeEnvelope() mismatch (-want +got):\n%s", diff)
 			}
 		})
@@ -181,7 +179,7 @@ func TestEnvelopeGoldenReencode(t *testing.T) {
 			if err != nil {
 				t.Fatalf("DecodeEnvelope(EncodeEnvelope()): %v\n%s", err, data)
 			}
-			if diff := cmp.Diff(env, got); diff != "" {
+			if diff := valueDiff(env, got); diff != "" {
 				t.Errorf("envelope round trip mismatch (-want +got):\n%s", diff)
 			}
 		})

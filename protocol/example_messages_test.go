@@ -53,7 +53,7 @@ func ExampleEncodeTask() {
 	// argsrepr=(2, 3)
 	// timelimit=[<nil> <nil>]
 	// ignore_result=<nil>
-	// BODY
+	// [[2, 3], {}, {"callbacks": null, "chain": null, "chord": null, "errbacks": null}]
 }
 
 func ExampleEncodeResult() {

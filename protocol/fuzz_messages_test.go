@@ -116,7 +116,7 @@ func FuzzDecodeTask(f *testing.F) {
 		want.DeliveryMode = 2
 		want.ContentEncoding = enc.ContentEncoding
 		want.Compression = opts.Compression
-		if diff := cmp.Diff(want, *m2, fuzzCmp()); diff != "" {
+		if diff := valueDiff(want, *m2, fuzzCmp()); diff != "" {
 			t.Errorf("DecodeTask(EncodeTask(m)) mismatch (-want +got):\n%s", diff)
 		}
 	})
@@ -149,7 +149,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		if e1.Message.Headers == nil {
 			e1.Message.Headers = map[string]any{} // written as {}
 		}
-		if diff := cmp.Diff(e1, e2, fuzzCmp()); diff != "" {
+		if diff := valueDiff(e1, e2, fuzzCmp()); diff != "" {
 			t.Errorf("DecodeEnvelope(EncodeEnvelope(e)) mismatch (-want +got):\n%s", diff)
 		}
 	})
@@ -189,7 +189,7 @@ func FuzzDecodeResult(f *testing.F) {
 		if err != nil {
 			t.Fatalf("DecodeResult(EncodeResult(m)): %v\n%q", err, enc)
 		}
-		if diff := cmp.Diff(m1, m2, fuzzCmp(), cmpopts.EquateEmpty()); diff != "" {
+		if diff := valueDiff(m1, m2, fuzzCmp(), cmpopts.EquateEmpty()); diff != "" {
 			t.Errorf("DecodeResult(EncodeResult(m)) mismatch (-want +got):\n%s", diff)
 		}
 	})
@@ -258,7 +258,7 @@ func FuzzDecodeSignature(f *testing.F) {
 		if err != nil {
 			t.Fatalf("DecodeSignature(Value()): %v", err)
 		}
-		if diff := cmp.Diff(s1, s2, fuzzCmp()); diff != "" {
+		if diff := valueDiff(s1, s2, fuzzCmp()); diff != "" {
 			t.Errorf("DecodeSignature(Value()) mismatch (-want +got):\n%s", diff)
 		}
 	})

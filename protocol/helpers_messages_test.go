@@ -3,9 +3,12 @@ package protocol_test
 import (
 	"encoding/base64"
 	"encoding/json"
+	"math/big"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/celeriac/celeriac/protocol"
 )
@@ -141,4 +144,16 @@ func goldenFiles(tb testing.TB, suffix string) []string {
 		tb.Fatalf("no %s files in %s", suffix, goldenDir)
 	}
 	return names
+}
+
+// valueDiff is cmp.Diff for decoded values: *big.Int compares by value
+// (it has unexported fields), times by instant (cmp uses Time.Equal).
+func valueDiff(want, got any, opts ...cmp.Option) string {
+	opts = append(opts, cmp.Comparer(func(a, b *big.Int) bool {
+		if a == nil || b == nil {
+			return a == b
+		}
+		return a.Cmp(b) == 0
+	}))
+	return cmp.Diff(want, got, opts...)
 }

@@ -75,32 +75,23 @@ func EncodeResult(m *ResultMeta, contentType string) ([]byte, error) {
 	}
 
 	o := newOrderedObject(ct, 14)
-	var err error
-	add := func(key string, v any) {
-		if err == nil {
-			err = o.add(key, v)
-		}
-	}
-	add(rmStatus, string(m.Status))
+	o.add(rmStatus, string(m.Status))
 	switch {
 	case exc != nil:
-		var raw []byte
-		if raw, err = exc.encode(ct); err == nil {
-			err = o.addRaw(rmResult, raw)
-		}
+		o.addObject(rmResult, exc.object(ct))
 	case isNilExceptionInfo(m.Result):
-		add(rmResult, nil)
+		o.add(rmResult, nil)
 	default:
-		add(rmResult, m.Result)
+		o.add(rmResult, m.Result)
 	}
-	add(rmTraceback, nullIfEmpty(m.Traceback))
-	add(rmChildren, children)
-	add(rmDateDone, dateDone)
+	o.add(rmTraceback, nullIfEmpty(m.Traceback))
+	o.add(rmChildren, children)
+	o.add(rmDateDone, dateDone)
 	if m.GroupID != "" {
-		add(rmGroupID, m.GroupID)
+		o.add(rmGroupID, m.GroupID)
 	}
 	if m.ParentID != "" {
-		add(rmParentID, m.ParentID)
+		o.add(rmParentID, m.ParentID)
 	}
 	if m.Extended {
 		args, kwargs := m.Args, m.Kwargs
@@ -110,18 +101,19 @@ func EncodeResult(m *ResultMeta, contentType string) ([]byte, error) {
 		if kwargs == nil {
 			kwargs = map[string]any{}
 		}
-		add(rmName, nullIfEmpty(m.Name))
-		add(rmArgs, args)
-		add(rmKwargs, kwargs)
-		add(rmWorker, nullIfEmpty(m.Worker))
-		add(rmRetries, int64(m.Retries))
-		add(rmQueue, nullIfEmpty(m.Queue))
+		o.add(rmName, nullIfEmpty(m.Name))
+		o.add(rmArgs, args)
+		o.add(rmKwargs, kwargs)
+		o.add(rmWorker, nullIfEmpty(m.Worker))
+		o.add(rmRetries, int64(m.Retries))
+		o.add(rmQueue, nullIfEmpty(m.Queue))
 	}
-	add(rmTaskID, m.TaskID)
+	o.add(rmTaskID, m.TaskID)
+	data, err := o.bytes()
 	if err != nil {
 		return nil, fmt.Errorf("protocol: encode result %s: %w", m.TaskID, err)
 	}
-	return o.bytes()
+	return data, nil
 }
 
 // naiveUTC formats t as Python's naive datetime.isoformat() of its UTC
@@ -231,23 +223,17 @@ func (e *ExceptionInfo) Value() map[string]any {
 	return map[string]any{excType: e.Type, excMessage: msg, excModule: e.Module}
 }
 
-// encode writes e as Celery's exception dict, keys in Celery's order.
-func (e *ExceptionInfo) encode(contentType string) ([]byte, error) {
+// object writes e as Celery's exception dict, keys in Celery's order.
+func (e *ExceptionInfo) object(contentType string) *orderedObject {
 	msg := e.Message
 	if msg == nil {
 		msg = []any{}
 	}
 	o := newOrderedObject(contentType, 3)
-	if err := o.add(excType, e.Type); err != nil {
-		return nil, err
-	}
-	if err := o.add(excMessage, msg); err != nil {
-		return nil, err
-	}
-	if err := o.add(excModule, e.Module); err != nil {
-		return nil, err
-	}
-	return o.bytes()
+	o.add(excType, e.Type)
+	o.add(excMessage, msg)
+	o.add(excModule, e.Module)
+	return o
 }
 
 func isNilExceptionInfo(v any) bool {

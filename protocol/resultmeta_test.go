@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/celeriac/celeriac/protocol"
@@ -99,7 +98,7 @@ func TestGoldenResults(t *testing.T) {
 			if err != nil {
 				t.Fatalf("DecodeResult: %v", err)
 			}
-			if diff := cmp.Diff(tt.want(rawDoc(t, data)), *got); diff != "" {
+			if diff := valueDiff(tt.want(rawDoc(t, data)), *got); diff != "" {
 				t.Errorf("DecodeResult() mismatch (-want +got):\n%s", diff)
 			}
 			// Re-encoding loses nothing Celery wrote.
@@ -111,7 +110,7 @@ func TestGoldenResults(t *testing.T) {
 			if err != nil {
 				t.Fatalf("DecodeResult(EncodeResult()): %v\n%s", err, enc)
 			}
-			if diff := cmp.Diff(got, again); diff != "" {
+			if diff := valueDiff(got, again); diff != "" {
 				t.Errorf("result round trip mismatch (-want +got):\n%s", diff)
 			}
 		})
@@ -148,7 +147,7 @@ func TestGoldenResultMsgpackAndRPC(t *testing.T) {
 	if got.Status != protocol.StateSuccess || got.TaskID == "" || got.DateDone.IsZero() {
 		t.Errorf("msgpack meta = %+v", got)
 	}
-	if diff := cmp.Diff([]any{[]any{"x", 1.5}, map[string]any{"k": nil}}, got.Result); diff != "" {
+	if diff := valueDiff([]any{[]any{"x", 1.5}, map[string]any{"k": nil}}, got.Result); diff != "" {
 		t.Errorf("msgpack result mismatch (-want +got):\n%s", diff)
 	}
 
@@ -178,7 +177,7 @@ func TestGoldenResultMsgpackAndRPC(t *testing.T) {
 				}
 				want.Traceback = got.Traceback
 			}
-			if diff := cmp.Diff(want, *got); diff != "" {
+			if diff := valueDiff(want, *got); diff != "" {
 				t.Errorf("DecodeResult(RPC reply) mismatch (-want +got):\n%s", diff)
 			}
 		})
@@ -303,7 +302,7 @@ func TestDecodeResult(t *testing.T) {
 			if err != nil {
 				t.Fatalf("DecodeResult: %v", err)
 			}
-			if diff := cmp.Diff(tt.want, *got, cmpopts.EquateEmpty()); diff != "" {
+			if diff := valueDiff(tt.want, *got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("DecodeResult() mismatch (-want +got):\n%s", diff)
 			}
 		})
@@ -385,10 +384,10 @@ func TestDecodeException(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &protocol.ExceptionInfo{Type: "KeyError", Message: []any{"k"}, Module: "builtins"}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := valueDiff(want, got); diff != "" {
 		t.Errorf("DecodeException() mismatch (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(map[string]any{"exc_type": "KeyError", "exc_message": []any{"k"}, "exc_module": "builtins"}, got.Value()); diff != "" {
+	if diff := valueDiff(map[string]any{"exc_type": "KeyError", "exc_message": []any{"k"}, "exc_module": "builtins"}, got.Value()); diff != "" {
 		t.Errorf("Value() mismatch (-want +got):\n%s", diff)
 	}
 	if _, err := protocol.DecodeException("KeyError"); err == nil {

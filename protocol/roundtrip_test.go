@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/celeriac/celeriac/protocol"
@@ -240,7 +239,7 @@ func TestTaskRoundTrip(t *testing.T) {
 				want.ContentType = msg.ContentType
 				want.ContentEncoding = msg.ContentEncoding
 				want.Compression = c.opts.Compression
-				if diff := cmp.Diff(want, *got); diff != "" {
+				if diff := valueDiff(want, *got); diff != "" {
 					t.Errorf("DecodeTask(EncodeTask(m)) mismatch (-want +got):\n%s", diff)
 				}
 
@@ -255,14 +254,14 @@ func TestTaskRoundTrip(t *testing.T) {
 				if err != nil {
 					t.Fatalf("DecodeEnvelope(EncodeEnvelope()): %v", err)
 				}
-				if diff := cmp.Diff(env, back); diff != "" {
+				if diff := valueDiff(env, back); diff != "" {
 					t.Errorf("envelope round trip mismatch (-want +got):\n%s", diff)
 				}
 				got, err = protocol.DecodeTask(&back.Message, protocol.DecodeOptions{})
 				if err != nil {
 					t.Fatalf("DecodeTask(envelope): %v", err)
 				}
-				if diff := cmp.Diff(want, *got); diff != "" {
+				if diff := valueDiff(want, *got); diff != "" {
 					t.Errorf("DecodeTask(envelope) mismatch (-want +got):\n%s", diff)
 				}
 			})
@@ -318,7 +317,7 @@ func TestResultRoundTrip(t *testing.T) {
 				if err != nil {
 					t.Fatalf("DecodeResult(EncodeResult()): %v\n%q", err, data)
 				}
-				if diff := cmp.Diff(want, *got, cmpopts.EquateEmpty()); diff != "" {
+				if diff := valueDiff(want, *got, cmpopts.EquateEmpty()); diff != "" {
 					t.Errorf("DecodeResult(EncodeResult(m)) mismatch (-want +got):\n%s", diff)
 				}
 			})
@@ -341,7 +340,7 @@ func TestSignatureRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seed %d: DecodeSignature: %v", seed, err)
 		}
-		if diff := cmp.Diff(want, got); diff != "" {
+		if diff := valueDiff(want, got); diff != "" {
 			t.Errorf("seed %d: DecodeSignature(Value()) mismatch (-want +got):\n%s", seed, diff)
 		}
 	}

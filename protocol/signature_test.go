@@ -4,8 +4,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/celeriac/celeriac/protocol"
 )
 
@@ -42,14 +40,14 @@ func TestDecodeSignature(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
+			if diff := valueDiff(tt.want, got); diff != "" {
 				t.Errorf("DecodeSignature() mismatch (-want +got):\n%s", diff)
 			}
 			again, err := protocol.DecodeSignature(got.Value())
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(got, again); diff != "" {
+			if diff := valueDiff(got, again); diff != "" {
 				t.Errorf("DecodeSignature(Value()) mismatch (-want +got):\n%s", diff)
 			}
 		})
@@ -86,7 +84,7 @@ func TestSignatureValue(t *testing.T) {
 	got := protocol.Signature{Task: "t", Extra: map[string]any{"chord_size": i64(1)}}.Value()
 	want := map[string]any{"task": "t", "args": []any{}, "kwargs": map[string]any{}, "options": map[string]any{},
 		"subtask_type": nil, "immutable": false, "chord_size": i64(1)}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := valueDiff(want, got); diff != "" {
 		t.Errorf("Value() mismatch (-want +got):\n%s", diff)
 	}
 }
@@ -111,14 +109,14 @@ func TestSignatureAccessors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]protocol.Signature{cb}, links); diff != "" {
+	if diff := valueDiff([]protocol.Signature{cb}, links); diff != "" {
 		t.Errorf("Link() mismatch (-want +got):\n%s", diff)
 	}
 	errbacks, err := s.LinkError()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]protocol.Signature{cb, cb}, errbacks); diff != "" {
+	if diff := valueDiff([]protocol.Signature{cb, cb}, errbacks); diff != "" {
 		t.Errorf("LinkError() mismatch (-want +got):\n%s", diff)
 	}
 	if l, err := (protocol.Signature{}).Link(); err != nil || l != nil {
@@ -170,7 +168,7 @@ func TestSignatureClone(t *testing.T) {
 		Kwargs: map[string]any{"k": map[string]any{"n": i64(1)}}, Options: map[string]any{"task_id": "a"},
 		Extra: map[string]any{"e": []any{"v"}}}
 	c := s.Clone()
-	if diff := cmp.Diff(s, c); diff != "" {
+	if diff := valueDiff(s, c); diff != "" {
 		t.Fatalf("Clone() mismatch (-want +got):\n%s", diff)
 	}
 	c.Args[0].([]any)[0] = i64(2)

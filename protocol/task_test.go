@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/celeriac/celeriac/protocol"
 )
 
@@ -208,7 +206,7 @@ func TestDecodeTask(t *testing.T) {
 			if err != nil {
 				t.Fatalf("DecodeTask: %v", err)
 			}
-			if diff := cmp.Diff(tt.want, *got); diff != "" {
+			if diff := valueDiff(tt.want, *got); diff != "" {
 				t.Errorf("DecodeTask() mismatch (-want +got):\n%s", diff)
 			}
 		})
@@ -396,10 +394,10 @@ func TestEncodeTask(t *testing.T) {
 			if got.ContentType != tt.wantCT || got.ContentEncoding != tt.wantCE {
 				t.Errorf("content type/encoding %q/%q, want %q/%q", got.ContentType, got.ContentEncoding, tt.wantCT, tt.wantCE)
 			}
-			if diff := cmp.Diff(tt.wantHeaders, got.Headers); diff != "" {
+			if diff := valueDiff(tt.wantHeaders, got.Headers); diff != "" {
 				t.Errorf("EncodeTask() headers mismatch (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tt.wantProps, got.Properties); diff != "" {
+			if diff := valueDiff(tt.wantProps, got.Properties); diff != "" {
 				t.Errorf("EncodeTask() properties mismatch (-want +got):\n%s", diff)
 			}
 			body := got.Body
@@ -412,7 +410,7 @@ func TestEncodeTask(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Unmarshal body: %v", err)
 			}
-			if diff := cmp.Diff(tt.wantBody, gotBody); diff != "" {
+			if diff := valueDiff(tt.wantBody, gotBody); diff != "" {
 				t.Errorf("EncodeTask() body mismatch (-want +got):\n%s", diff)
 			}
 		})
