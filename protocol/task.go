@@ -84,9 +84,12 @@ func isV1Key(k string) bool {
 // pickle, always) fails with a *ContentTypeError; every other malformed
 // part fails with a *DecodeError naming it: a missing id or task, an
 // unparsable eta or expires, args that are not a list, kwargs that are not
-// an object, a modelled header of the wrong type. Optional headers may be
-// missing or null (see the field docs of TaskMessage); headers this
-// package does not model are kept in TaskMessage.Headers.
+// an object, a modelled header of the wrong type, a time limit that is
+// negative or above 1e9 seconds. Optional headers may be missing or null
+// (see the field docs of TaskMessage); time limits are read at Python's
+// microsecond resolution. Headers this package does not model are kept in
+// TaskMessage.Headers (for v1, the message headers, minus any that repeat
+// a modelled name: the body is authoritative there).
 //
 // The returned message shares no memory with m except header values.
 func DecodeTask(m *Message, opts DecodeOptions) (*TaskMessage, error) {
