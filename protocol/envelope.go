@@ -85,17 +85,11 @@ func EncodeEnvelope(e *Envelope) ([]byte, error) {
 	}
 
 	props := newOrderedObject(ContentTypeJSON, 10+len(p.Extra))
-	var err error
-	add := func(key string, v any) {
-		if err == nil {
-			err = props.add(key, v)
-		}
-	}
 	if p.CorrelationID != "" {
-		add(propCorrelationID, p.CorrelationID)
+		props.add(propCorrelationID, p.CorrelationID)
 	}
 	if p.ReplyTo != "" {
-		add(propReplyTo, p.ReplyTo)
+		props.add(propReplyTo, p.ReplyTo)
 	}
 	extra := make([]string, 0, len(p.Extra))
 	for k := range p.Extra {
@@ -103,62 +97,42 @@ func EncodeEnvelope(e *Envelope) ([]byte, error) {
 	}
 	slices.Sort(extra)
 	for _, k := range extra {
-		add(k, p.Extra[k])
+		props.add(k, p.Extra[k])
 	}
 	if p.DeliveryMode != 0 {
-		add(propDeliveryMode, int64(p.DeliveryMode))
+		props.add(propDeliveryMode, int64(p.DeliveryMode))
 	}
 	if p.Expiration != "" {
-		add(propExpiration, p.Expiration)
+		props.add(propExpiration, p.Expiration)
 	}
 	di := newOrderedObject(ContentTypeJSON, 3)
-	if err = di.add("exchange", e.DeliveryInfo.Exchange); err == nil {
-		err = di.add("routing_key", e.DeliveryInfo.RoutingKey)
+	di.add("exchange", e.DeliveryInfo.Exchange)
+	di.add("routing_key", e.DeliveryInfo.RoutingKey)
+	if e.DeliveryInfo.Redelivered {
+		di.add("redelivered", true)
 	}
-	if err == nil && e.DeliveryInfo.Redelivered {
-		err = di.add("redelivered", true)
-	}
-	var diRaw []byte
-	if err == nil {
-		diRaw, err = di.bytes()
-	}
-	if err == nil {
-		err = props.addRaw(propDeliveryInfo, diRaw)
-	}
-	add(propPriority, int64(p.Priority))
+	props.addObject(propDeliveryInfo, di)
+	props.add(propPriority, int64(p.Priority))
 	if e.BodyEncoding != "" {
-		add(propBodyEncoding, e.BodyEncoding)
+		props.add(propBodyEncoding, e.BodyEncoding)
 	}
-	add(propDeliveryTag, e.DeliveryTag)
-	var propsRaw []byte
-	if err == nil {
-		propsRaw, err = props.bytes()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("protocol: encode envelope properties: %w", err)
-	}
+	props.add(propDeliveryTag, e.DeliveryTag)
 
 	headers := m.Headers
 	if headers == nil {
 		headers = map[string]any{}
 	}
 	doc := newOrderedObject(ContentTypeJSON, 5)
-	add = func(key string, v any) {
-		if err == nil {
-			err = doc.add(key, v)
-		}
-	}
-	add(envBody, body)
-	add(envContentEncoding, nullIfEmpty(m.ContentEncoding))
-	add(envContentType, nullIfEmpty(m.ContentType))
-	add(envHeaders, headers)
-	if err == nil {
-		err = doc.addRaw(envProperties, propsRaw)
-	}
+	doc.add(envBody, body)
+	doc.add(envContentEncoding, nullIfEmpty(m.ContentEncoding))
+	doc.add(envContentType, nullIfEmpty(m.ContentType))
+	doc.add(envHeaders, headers)
+	doc.addObject(envProperties, props)
+	data, err := doc.bytes()
 	if err != nil {
 		return nil, fmt.Errorf("protocol: encode envelope: %w", err)
 	}
-	return doc.bytes()
+	return data, nil
 }
 
 // envelopeLimit bounds the whole envelope document: the body may be

@@ -9,10 +9,11 @@ import (
 // order they were added in. Python readers do not care about key order,
 // but writing Celery's order makes our documents diff cleanly against
 // captures. Values are serialized by Marshal; only the framing is written
-// here.
+// here. The first error sticks: later adds are no-ops and bytes returns it.
 type orderedObject struct {
 	contentType string
 	pairs       [][2][]byte
+	err         error
 }
 
 func newOrderedObject(contentType string, size int) *orderedObject {
@@ -20,27 +21,49 @@ func newOrderedObject(contentType string, size int) *orderedObject {
 }
 
 // add appends key: v.
-func (o *orderedObject) add(key string, v any) error {
+func (o *orderedObject) add(key string, v any) {
+	if o.err != nil {
+		return
+	}
 	raw, err := Marshal(o.contentType, v)
 	if err != nil {
-		return fmt.Errorf("%s: %w", key, err)
+		o.err = fmt.Errorf("%s: %w", key, err)
+		return
 	}
-	return o.addRaw(key, raw)
+	o.addRaw(key, raw)
+}
+
+// addObject appends key with a nested ordered object as its value.
+func (o *orderedObject) addObject(key string, v *orderedObject) {
+	raw, err := v.bytes()
+	if err != nil {
+		if o.err == nil {
+			o.err = fmt.Errorf("%s: %w", key, err)
+		}
+		return
+	}
+	o.addRaw(key, raw)
 }
 
 // addRaw appends key with a value already serialized with the object's
 // content type.
-func (o *orderedObject) addRaw(key string, raw []byte) error {
+func (o *orderedObject) addRaw(key string, raw []byte) {
+	if o.err != nil {
+		return
+	}
 	k, err := Marshal(o.contentType, key)
 	if err != nil {
-		return err
+		o.err = err
+		return
 	}
 	o.pairs = append(o.pairs, [2][]byte{k, raw})
-	return nil
 }
 
-// bytes returns the serialized object.
+// bytes returns the serialized object, or the first error of an add.
 func (o *orderedObject) bytes() ([]byte, error) {
+	if o.err != nil {
+		return nil, o.err
+	}
 	size := 16
 	for _, p := range o.pairs {
 		size += len(p[0]) + len(p[1]) + 4

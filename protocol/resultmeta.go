@@ -58,16 +58,12 @@ func EncodeResult(m *ResultMeta, contentType string) ([]byte, error) {
 		return nil, errors.New("protocol: encode result: empty status")
 	}
 	ct := orDefault(contentType, ContentTypeJSON)
-	result := m.Result
-	switch r := result.(type) {
+	var exc *ExceptionInfo
+	switch r := m.Result.(type) {
 	case *ExceptionInfo:
-		if r != nil {
-			result = r.Value()
-		} else {
-			result = nil
-		}
+		exc = r
 	case ExceptionInfo:
-		result = r.Value()
+		exc = &r
 	}
 	children := m.Children
 	if children == nil {
@@ -79,22 +75,23 @@ func EncodeResult(m *ResultMeta, contentType string) ([]byte, error) {
 	}
 
 	o := newOrderedObject(ct, 14)
-	var err error
-	add := func(key string, v any) {
-		if err == nil {
-			err = o.add(key, v)
-		}
+	o.add(rmStatus, string(m.Status))
+	switch {
+	case exc != nil:
+		o.addObject(rmResult, exc.object(ct))
+	case isNilExceptionInfo(m.Result):
+		o.add(rmResult, nil)
+	default:
+		o.add(rmResult, m.Result)
 	}
-	add(rmStatus, string(m.Status))
-	add(rmResult, result)
-	add(rmTraceback, nullIfEmpty(m.Traceback))
-	add(rmChildren, children)
-	add(rmDateDone, dateDone)
+	o.add(rmTraceback, nullIfEmpty(m.Traceback))
+	o.add(rmChildren, children)
+	o.add(rmDateDone, dateDone)
 	if m.GroupID != "" {
-		add(rmGroupID, m.GroupID)
+		o.add(rmGroupID, m.GroupID)
 	}
 	if m.ParentID != "" {
-		add(rmParentID, m.ParentID)
+		o.add(rmParentID, m.ParentID)
 	}
 	if m.Extended {
 		args, kwargs := m.Args, m.Kwargs
@@ -104,18 +101,19 @@ func EncodeResult(m *ResultMeta, contentType string) ([]byte, error) {
 		if kwargs == nil {
 			kwargs = map[string]any{}
 		}
-		add(rmName, nullIfEmpty(m.Name))
-		add(rmArgs, args)
-		add(rmKwargs, kwargs)
-		add(rmWorker, nullIfEmpty(m.Worker))
-		add(rmRetries, int64(m.Retries))
-		add(rmQueue, nullIfEmpty(m.Queue))
+		o.add(rmName, nullIfEmpty(m.Name))
+		o.add(rmArgs, args)
+		o.add(rmKwargs, kwargs)
+		o.add(rmWorker, nullIfEmpty(m.Worker))
+		o.add(rmRetries, int64(m.Retries))
+		o.add(rmQueue, nullIfEmpty(m.Queue))
 	}
-	add(rmTaskID, m.TaskID)
+	o.add(rmTaskID, m.TaskID)
+	data, err := o.bytes()
 	if err != nil {
 		return nil, fmt.Errorf("protocol: encode result %s: %w", m.TaskID, err)
 	}
-	return o.bytes()
+	return data, nil
 }
 
 // naiveUTC formats t as Python's naive datetime.isoformat() of its UTC
@@ -223,6 +221,24 @@ func (e *ExceptionInfo) Value() map[string]any {
 		msg = []any{}
 	}
 	return map[string]any{excType: e.Type, excMessage: msg, excModule: e.Module}
+}
+
+// object writes e as Celery's exception dict, keys in Celery's order.
+func (e *ExceptionInfo) object(contentType string) *orderedObject {
+	msg := e.Message
+	if msg == nil {
+		msg = []any{}
+	}
+	o := newOrderedObject(contentType, 3)
+	o.add(excType, e.Type)
+	o.add(excMessage, msg)
+	o.add(excModule, e.Module)
+	return o
+}
+
+func isNilExceptionInfo(v any) bool {
+	e, ok := v.(*ExceptionInfo)
+	return ok && e == nil
 }
 
 // Error renders e as Python prints an uncaught exception's last line:

@@ -3,6 +3,7 @@ package protocol
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -83,9 +84,12 @@ func isV1Key(k string) bool {
 // pickle, always) fails with a *ContentTypeError; every other malformed
 // part fails with a *DecodeError naming it: a missing id or task, an
 // unparsable eta or expires, args that are not a list, kwargs that are not
-// an object, a modelled header of the wrong type. Optional headers may be
-// missing or null (see the field docs of TaskMessage); headers this
-// package does not model are kept in TaskMessage.Headers.
+// an object, a modelled header of the wrong type, a time limit that is
+// negative or above 1e9 seconds. Optional headers may be missing or null
+// (see the field docs of TaskMessage); time limits are read at Python's
+// microsecond resolution. Headers this package does not model are kept in
+// TaskMessage.Headers (for v1, the message headers, minus any that repeat
+// a modelled name: the body is authoritative there).
 //
 // The returned message shares no memory with m except header values.
 func DecodeTask(m *Message, opts DecodeOptions) (*TaskMessage, error) {
@@ -244,7 +248,13 @@ func decodeV1(m *Message, body map[string]any) (*TaskMessage, error) {
 	// saferepr(kwargs); the body's own values are ignored.
 	t.ArgsRepr = argsRepr(t.Args)
 	t.KwargsRepr = Repr(t.Kwargs)
+	// Celery nests v1 message headers under request.headers; they are
+	// custom headers, except that a modelled name would be ambiguous (the
+	// body is authoritative in v1), so those are left out.
 	for k, v := range m.Headers {
+		if isModelledHeader(k) {
+			continue
+		}
 		if t.Headers == nil {
 			t.Headers = make(map[string]any, len(m.Headers))
 		}
@@ -464,9 +474,12 @@ func decodeTimeLimit(v any) (hard, soft time.Duration, err error) {
 	return hard, soft, err
 }
 
-// maxDurationSeconds is the largest number of seconds a time.Duration holds.
-const maxDurationSeconds = float64(1<<63-1) / float64(time.Second)
+// maxTimeLimit bounds time limits to about 31 years: anything longer is
+// not a limit, and the bound keeps microsecond counts exact in a float64.
+const maxTimeLimit = 1e9 * time.Second
 
+// seconds reads a time limit in seconds, rounded to the microsecond
+// (Python's time resolution).
 func seconds(field string, v any) (time.Duration, error) {
 	if v == nil {
 		return 0, nil
@@ -475,14 +488,15 @@ func seconds(field string, v any) (time.Duration, error) {
 	if !ok {
 		return 0, fieldTypeError(field, "a number of seconds or null", v)
 	}
-	if f != f || f < 0 || f >= maxDurationSeconds {
+	if f != f || f < 0 || f > maxTimeLimit.Seconds() {
 		return 0, &DecodeError{Field: field, Err: fmt.Errorf("%v seconds is out of range", v)}
 	}
-	return time.Duration(f*float64(time.Second) + 0.5), nil
+	return time.Duration(math.Round(f*1e6)) * time.Microsecond, nil
 }
 
-// durationValue is the JSON form of a time limit: whole seconds as an
-// integer (as Python users usually write them), otherwise a float.
+// durationValue is the wire form of a time limit: whole seconds as an
+// integer (as Python users usually write them), otherwise a float with
+// microsecond resolution.
 func durationValue(d time.Duration) any {
 	if d == 0 {
 		return nil
@@ -490,7 +504,7 @@ func durationValue(d time.Duration) any {
 	if d%time.Second == 0 {
 		return int64(d / time.Second)
 	}
-	return d.Seconds()
+	return float64(d/time.Microsecond) / 1e6
 }
 
 // EncodeTask encodes t as a protocol v2 message laid out as Celery 5.2's
@@ -531,8 +545,8 @@ func EncodeTask(t *TaskMessage, opts EncodeOptions) (*Message, error) {
 			return nil, fmt.Errorf("protocol: encode task: header %q is set through a TaskMessage field, not Headers", k)
 		}
 	}
-	if t.TimeLimit < 0 || t.SoftTimeLimit < 0 {
-		return nil, errors.New("protocol: encode task: negative time limit")
+	if t.TimeLimit < 0 || t.SoftTimeLimit < 0 || t.TimeLimit > maxTimeLimit || t.SoftTimeLimit > maxTimeLimit {
+		return nil, errors.New("protocol: encode task: time limit out of range (0 to 1e9 s)")
 	}
 	args, kwargs := t.Args, t.Kwargs
 	if args == nil {
