@@ -243,7 +243,7 @@ func (c *consumer) take(buf []*delivery) []*delivery {
 	if len(buf) > 0 {
 		now := c.t.now()
 		for _, d := range buf {
-			d.d.Message = exportMessage(&d.e.msg)
+			d.d.Message = exportMessage(d.e.s)
 			d.d.Queue = d.q.name
 			d.d.Exchange = d.e.exchange
 			d.d.RoutingKey = d.e.routingKey
