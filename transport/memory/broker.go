@@ -416,8 +416,18 @@ func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error 
 		t.b.unroutable++
 		return nil
 	}
-	for _, name := range names {
-		e := &entry{s: &s, exchange: p.Exchange, routingKey: p.RoutingKey}
+	// One allocation holds the stored message and the first queue's entry:
+	// most publications go to one queue.
+	first := &struct {
+		e entry
+		s stored
+	}{s: s}
+	for i, name := range names {
+		e := &first.e
+		if i > 0 {
+			e = &entry{}
+		}
+		*e = entry{s: &first.s, exchange: p.Exchange, routingKey: p.RoutingKey}
 		t.b.enqueue(t.b.queueFor(name), e, false)
 	}
 	return nil
