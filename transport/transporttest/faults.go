@@ -193,13 +193,10 @@ func (f *Faulty) inject(c Call) error {
 	return nil
 }
 
-// waitResume waits out an outage. It returns false if stop or ctx ended the
-// wait first (ctx may be nil).
+// waitResume waits out an outage. It returns false if stop, ctx or Close
+// ended the wait first.
 func (f *Faulty) waitResume(ctx context.Context, stop <-chan struct{}) bool {
-	var ctxDone <-chan struct{}
-	if ctx != nil {
-		ctxDone = ctx.Done()
-	}
+	ctxDone := ctx.Done()
 	for {
 		f.mu.Lock()
 		resume := f.resume
@@ -426,7 +423,7 @@ func (fw *forwarder) run() {
 		if fw.ack && d.Acknowledger != nil {
 			d.Acknowledger = &faultyAck{f: fw.f, inner: d.Acknowledger}
 		}
-		if !fw.f.waitResume(nil, fw.stopCh) {
+		if !fw.f.waitResume(context.Background(), fw.stopCh) {
 			fw.returnRest(d)
 			return
 		}
