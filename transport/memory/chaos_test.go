@@ -1,6 +1,7 @@
 package memory_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -24,7 +25,8 @@ func TestChaos(t *testing.T) {
 		prefetch = 5
 	)
 	b := memory.NewBroker()
-	ctx := t.Context()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
 	q := []transport.Queue{{Name: "chaos"}, {Name: "chaos2", Arguments: map[string]any{memory.ArgMaxPriority: 3}}}
 
 	var (
@@ -54,6 +56,26 @@ func TestChaos(t *testing.T) {
 			if err := pub.Publish(ctx, &transport.Publishing{RoutingKey: q[i%2].Name, Message: m}); err != nil {
 				t.Errorf("Publish: %v", err)
 				return
+			}
+		}
+	}()
+
+	// A lost message would keep the workers going forever: bound the run by
+	// progress.
+	go func() {
+		last := -1
+		for ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Second):
+				if n := settled(); n == last {
+					mu.Lock()
+					problems = append(problems, fmt.Sprintf("no progress for 10s at %d of %d settled", n, messages))
+					mu.Unlock()
+					cancel()
+				} else {
+					last = n
+				}
 			}
 		}
 	}()
@@ -146,6 +168,7 @@ func TestChaos(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	cancel()
 	for _, p := range problems {
 		t.Error(p)
 	}
