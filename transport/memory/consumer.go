@@ -133,6 +133,9 @@ func withDefaults(q transport.Queue) transport.Queue {
 // add declares spec's topology and starts consuming it. b.mu must be held.
 func (c *consumer) add(spec transport.Queue) error {
 	b := c.t.b
+	if spec.Name == "" {
+		return errors.New("memory: queue name is empty")
+	}
 	spec = withDefaults(spec)
 	if slices.ContainsFunc(c.specs, func(s transport.Queue) bool { return s.Name == spec.Name }) {
 		return nil

@@ -425,3 +425,19 @@ func TestStoppedConsumer(t *testing.T) {
 		t.Error("negative SetPrefetch accepted")
 	}
 }
+
+func TestEmptyQueueName(t *testing.T) {
+	tr := newTransport(t, memory.Config{})
+	if _, err := tr.Consume(t.Context(), []transport.Queue{{Name: ""}}, transport.ConsumeOptions{}); err == nil {
+		t.Fatal("Consume of a queue without a name succeeded")
+	}
+	if s := tr.Broker().Stats(); s.Queues != 0 {
+		t.Errorf("a failed Consume left %d queues", s.Queues)
+	}
+	// The default exchange was not declared either: publishing to it still
+	// routes by queue name.
+	publish(t, tr, &transport.Publishing{RoutingKey: "q", Message: message("a", 0)})
+	if n, _ := tr.Len(t.Context(), "q"); n != 1 {
+		t.Errorf("Len = %d, want 1", n)
+	}
+}
