@@ -292,7 +292,7 @@ func (b *Broker) route(exchangeName, key string) []string {
 
 // enqueue appends e to q and wakes its consumers. b.mu must be held.
 func (b *Broker) enqueue(q *queue, e *entry, front bool) {
-	e.priority = min(max(e.msg.Properties.Priority, 0), q.capPriority)
+	e.priority = min(max(e.s.msg.Properties.Priority, 0), q.capPriority)
 	if front {
 		q.ready.pushFront(e)
 	} else {
@@ -403,7 +403,7 @@ func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error 
 	if p.Exchange == "" && p.RoutingKey == "" {
 		return errors.New("memory: publishing to the default exchange needs a routing key (the queue name)")
 	}
-	msg, err := importMessage(&p.Message)
+	s, err := importMessage(&p.Message)
 	if err != nil {
 		return err
 	}
@@ -416,8 +416,18 @@ func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error 
 		t.b.unroutable++
 		return nil
 	}
-	for _, name := range names {
-		e := &entry{msg: msg, exchange: p.Exchange, routingKey: p.RoutingKey}
+	// One allocation holds the stored message and the first queue's entry:
+	// most publications go to one queue.
+	first := &struct {
+		e entry
+		s stored
+	}{s: s}
+	for i, name := range names {
+		e := &first.e
+		if i > 0 {
+			e = &entry{}
+		}
+		*e = entry{s: &first.s, exchange: p.Exchange, routingKey: p.RoutingKey}
 		t.b.enqueue(t.b.queueFor(name), e, false)
 	}
 	return nil
@@ -481,7 +491,7 @@ func (t *Transport) DeadLetters(ctx context.Context, queue string, limit int) ([
 			Queue:      d.queue,
 			Exchange:   d.e.exchange,
 			RoutingKey: d.e.routingKey,
-			Message:    exportMessage(&d.e.msg),
+			Message:    exportMessage(d.e.s),
 			Reason:     d.reason,
 		}
 	}
@@ -498,15 +508,17 @@ func (t *Transport) Replay(ctx context.Context, queue string, ids []string, opts
 	defer t.b.mu.Unlock()
 	moved := t.b.takeDead(queue, ids)
 	for _, d := range moved {
-		e := &entry{msg: d.e.msg, exchange: d.e.exchange, routingKey: d.e.routingKey}
+		e := &entry{s: d.e.s, exchange: d.e.exchange, routingKey: d.e.routingKey}
 		if opts.ResetRetries {
-			// The message is shared with nobody else once dead, but copy the
-			// map anyway so that broker copies stay immutable.
-			e.msg.Headers = maps.Clone(e.msg.Headers)
-			if e.msg.Headers == nil {
-				e.msg.Headers = map[string]any{}
+			// Stored messages may be shared (fanout) and are immutable:
+			// change a copy.
+			s := *e.s
+			s.msg.Headers = maps.Clone(s.msg.Headers)
+			if s.msg.Headers == nil {
+				s.msg.Headers = map[string]any{}
 			}
-			e.msg.Headers["retries"] = int64(0)
+			s.msg.Headers["retries"] = int64(0)
+			e.s = &s
 		}
 		t.b.enqueue(t.b.queueFor(d.queue), e, false)
 	}

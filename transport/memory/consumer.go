@@ -90,13 +90,22 @@ func (t *Transport) Consume(ctx context.Context, queues []transport.Queue, opts 
 }
 
 func (t *Transport) newConsumer(autoAck bool) *consumer {
+	// A buffer lets the goroutine hand over a batch without a goroutine
+	// switch per message. Buffered deliveries count against the prefetch,
+	// as messages in an AMQP client's buffer do, and Stop takes back the
+	// ones nobody received, which needs their Acknowledger: broadcast
+	// subscriptions have none, so they go unbuffered.
+	buffer := batchMax
+	if autoAck {
+		buffer = 0
+	}
 	return &consumer{
 		t:       t,
 		autoAck: autoAck,
 		wake:    make(chan struct{}, 1),
 		stopCh:  make(chan struct{}),
 		done:    make(chan struct{}),
-		out:     make(chan *transport.Delivery),
+		out:     make(chan *transport.Delivery, buffer),
 	}
 }
 
@@ -124,6 +133,9 @@ func withDefaults(q transport.Queue) transport.Queue {
 // add declares spec's topology and starts consuming it. b.mu must be held.
 func (c *consumer) add(spec transport.Queue) error {
 	b := c.t.b
+	if spec.Name == "" {
+		return errors.New("memory: queue name is empty")
+	}
 	spec = withDefaults(spec)
 	if slices.ContainsFunc(c.specs, func(s transport.Queue) bool { return s.Name == spec.Name }) {
 		return nil
@@ -243,7 +255,7 @@ func (c *consumer) take(buf []*delivery) []*delivery {
 	if len(buf) > 0 {
 		now := c.t.now()
 		for _, d := range buf {
-			d.d.Message = exportMessage(&d.e.msg)
+			d.d.Message = exportMessage(d.e.s)
 			d.d.Queue = d.q.name
 			d.d.Exchange = d.e.exchange
 			d.d.RoutingKey = d.e.routingKey
@@ -269,8 +281,20 @@ func (c *consumer) release(d *delivery) {
 }
 
 // finish runs on run's way out: it returns the deliveries that were taken but
-// never handed out to the head of their queues, unmarked, and closes out.
-func (c *consumer) finish(unsent []*delivery) {
+// never received, from the batch and from out's buffer, to the head of their
+// queues, unmarked and in order, and closes out.
+func (c *consumer) finish(batch []*delivery) {
+	var unsent []*delivery
+	for len(c.out) > 0 {
+		select {
+		case td := <-c.out:
+			// Buffered deliveries are task deliveries: their Acknowledger
+			// is the broker side.
+			unsent = append(unsent, td.Acknowledger.(*delivery))
+		default: // the reader took it first
+		}
+	}
+	unsent = append(unsent, batch...) // the batch comes after the buffer
 	b := c.t.b
 	b.mu.Lock()
 	for i := len(unsent) - 1; i >= 0; i-- {

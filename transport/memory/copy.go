@@ -2,6 +2,7 @@ package memory
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
 	"reflect"
@@ -19,32 +20,72 @@ const maxDepth = 256
 // broker round trip would leave them: Go ints become int64, float32 becomes
 // float64, typed slices and maps become []any and map[string]any. A value no
 // broker could carry (a struct, a channel, a func) is an error.
-func importMessage(m *protocol.Message) (protocol.Message, error) {
-	out := *m
+func importMessage(m *protocol.Message) (stored, error) {
+	var s stored
+	s.msg = *m
 	var err error
-	if out.Headers, err = importMap(m.Headers, "header", 0); err != nil {
-		return protocol.Message{}, err
+	if s.msg.Headers, s.nestedHeaders, err = importMap(m.Headers, "header"); err != nil {
+		return stored{}, err
 	}
-	if out.Properties.Extra, err = importMap(m.Properties.Extra, "property", 0); err != nil {
-		return protocol.Message{}, err
+	if s.msg.Properties.Extra, s.nestedExtra, err = importMap(m.Properties.Extra, "property"); err != nil {
+		return stored{}, err
 	}
-	out.Body = cloneBytes(m.Body)
-	return out, nil
+	s.msg.Body = cloneBytes(m.Body)
+	return s, nil
 }
 
-func importMap(m map[string]any, what string, depth int) (map[string]any, error) {
+// stored is a message as the broker keeps it: immutable once stored, with
+// the keys whose values are mutable containers listed, so that a consumer's
+// copy is a fast map clone plus a deep copy of just those values.
+type stored struct {
+	msg           protocol.Message
+	nestedHeaders []string
+	nestedExtra   []string
+}
+
+// importMap copies m with importValue and lists the keys holding containers.
+// Values that already have a protocol type, the usual case, make the copy a
+// plain map clone.
+func importMap(m map[string]any, what string) (map[string]any, []string, error) {
 	if m == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
-	out := make(map[string]any, len(m))
+	var nested []string
+	convert := false
 	for k, v := range m {
-		nv, err := importValue(v, depth+1)
+		switch v.(type) {
+		case nil, bool, string, int64, float64, time.Time,
+			protocol.Date, protocol.TimeOfDay, protocol.Decimal, protocol.UUID:
+		case []any, map[string]any, []byte, *big.Int:
+			nested = append(nested, k)
+		default:
+			convert = true
+		}
+	}
+	out := maps.Clone(m)
+	if convert {
+		nested = nested[:0]
+		for k, v := range m {
+			nv, err := importValue(v, 1)
+			if err != nil {
+				return nil, nil, fmt.Errorf("memory: %s %q: %w", what, k, err)
+			}
+			out[k] = nv
+			switch nv.(type) {
+			case []any, map[string]any, []byte, *big.Int:
+				nested = append(nested, k)
+			}
+		}
+		return out, nested, nil
+	}
+	for _, k := range nested {
+		nv, err := importValue(m[k], 1)
 		if err != nil {
-			return nil, fmt.Errorf("memory: %s %q: %w", what, k, err)
+			return nil, nil, fmt.Errorf("memory: %s %q: %w", what, k, err)
 		}
 		out[k] = nv
 	}
-	return out, nil
+	return out, nested, nil
 }
 
 func importValue(v any, depth int) (any, error) {
@@ -165,14 +206,25 @@ func importReflect(rv reflect.Value, depth int) (any, error) {
 	return nil, fmt.Errorf("unsupported value type %T", rv.Interface())
 }
 
-// exportMessage returns a deep copy of the broker's message m for a consumer,
+// exportMessage returns a deep copy of the broker's message for a consumer,
 // so that nothing the consumer does to it reaches the broker or other
-// consumers. m holds only protocol value types (see importMessage).
-func exportMessage(m *protocol.Message) protocol.Message {
-	out := *m
-	out.Headers = cloneMap(m.Headers)
-	out.Properties.Extra = cloneMap(m.Properties.Extra)
-	out.Body = cloneBytes(m.Body)
+// consumers.
+func exportMessage(s *stored) protocol.Message {
+	out := s.msg
+	out.Headers = exportMap(s.msg.Headers, s.nestedHeaders)
+	out.Properties.Extra = exportMap(s.msg.Properties.Extra, s.nestedExtra)
+	out.Body = cloneBytes(s.msg.Body)
+	return out
+}
+
+func exportMap(m map[string]any, nested []string) map[string]any {
+	if m == nil {
+		return nil
+	}
+	out := maps.Clone(m)
+	for _, k := range nested {
+		out[k] = cloneValue(m[k])
+	}
 	return out
 }
 

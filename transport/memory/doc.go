@@ -54,6 +54,11 @@
 // Each consumer and subscription runs one goroutine, owned by its transport
 // and ended by Stop, Close or Transport.Close.
 //
+// A transport created inside a testing/synctest bubble works there: its
+// goroutines block only on channels, and it reads the bubble's clock, so
+// tests of ETA and backoff run in fake time, and synctest.Wait makes
+// "nothing more is delivered" an exact check.
+//
 // # Sketch
 //
 //	t := memory.New(memory.Config{})

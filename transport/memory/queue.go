@@ -1,12 +1,12 @@
 package memory
 
-import "github.com/celeriac/celeriac/protocol"
-
 // entry is one message held by the broker: the broker's own copy of the
 // message, which nothing outside the broker ever sees (consumers get deep
 // copies), plus where it came from.
 type entry struct {
-	msg        protocol.Message
+	// s is shared by the entries of one publication (fanout) and never
+	// modified.
+	s          *stored
 	exchange   string
 	routingKey string
 	// priority is the effective priority after clamping to the queue's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -73,7 +74,7 @@ type Faulty struct {
 	calls  map[Op]int
 	resume chan struct{} // nil when not paused; closed by Resume
 	closed bool
-	stops  []func() // of live consumers and subscriptions
+	live   map[*forwarder]struct{} // consumers and subscriptions not yet ended
 	done   chan struct{}
 	wg     sync.WaitGroup
 }
@@ -97,6 +98,7 @@ func NewFaulty(inner transport.Transport) *Faulty {
 		fail:  map[Op]*failCount{},
 		funcs: map[Op]func(Call) error{},
 		calls: map[Op]int{},
+		live:  map[*forwarder]struct{}{},
 		done:  make(chan struct{}),
 	}
 }
@@ -193,13 +195,10 @@ func (f *Faulty) inject(c Call) error {
 	return nil
 }
 
-// waitResume waits out an outage. It returns false if stop or ctx ended the
-// wait first (ctx may be nil).
+// waitResume waits out an outage. It returns false if stop, ctx or Close
+// ended the wait first.
 func (f *Faulty) waitResume(ctx context.Context, stop <-chan struct{}) bool {
-	var ctxDone <-chan struct{}
-	if ctx != nil {
-		ctxDone = ctx.Done()
-	}
+	ctxDone := ctx.Done()
 	for {
 		f.mu.Lock()
 		resume := f.resume
@@ -233,17 +232,23 @@ func (f *Faulty) Publish(ctx context.Context, p *transport.Publishing) error {
 	return f.inner.Publish(ctx, p)
 }
 
-// register records a forwarder's stop function so that Close can end it. It
-// reports false when f is closed.
-func (f *Faulty) register(stop func()) bool {
+// register records a forwarder so that Close can end it. It reports false
+// when f is closed.
+func (f *Faulty) register(fw *forwarder) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
 		return false
 	}
-	f.stops = append(f.stops, stop)
+	f.live[fw] = struct{}{}
 	f.wg.Add(1)
 	return true
+}
+
+func (f *Faulty) unregister(fw *forwarder) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.live, fw)
 }
 
 // Consume implements transport.Transport. Deliveries are forwarded through
@@ -293,10 +298,10 @@ func (f *Faulty) Close() error {
 	}
 	f.closed = true
 	close(f.done)
-	stops := slices.Clone(f.stops)
+	live := slices.Collect(maps.Keys(f.live))
 	f.mu.Unlock()
-	for _, stop := range stops {
-		stop()
+	for _, fw := range live {
+		fw.signalStop()
 	}
 	err := f.inner.Close()
 	f.wg.Wait()
@@ -381,7 +386,7 @@ func (f *Faulty) newForwarder(in <-chan *transport.Delivery, stopInner func(cont
 		stopCh:    make(chan struct{}),
 		done:      make(chan struct{}),
 	}
-	if !f.register(fw.signalStop) {
+	if !f.register(fw) {
 		return nil
 	}
 	go fw.run()
@@ -409,6 +414,7 @@ func (fw *forwarder) stop(ctx context.Context) error {
 
 func (fw *forwarder) run() {
 	defer fw.f.wg.Done()
+	defer fw.f.unregister(fw)
 	defer close(fw.done)
 	defer close(fw.out)
 	for {
@@ -426,7 +432,7 @@ func (fw *forwarder) run() {
 		if fw.ack && d.Acknowledger != nil {
 			d.Acknowledger = &faultyAck{f: fw.f, inner: d.Acknowledger}
 		}
-		if !fw.f.waitResume(nil, fw.stopCh) {
+		if !fw.f.waitResume(context.Background(), fw.stopCh) {
 			fw.returnRest(d)
 			return
 		}

@@ -222,6 +222,7 @@ type env struct {
 
 	mu         sync.Mutex
 	transports []transport.Transport
+	admin      transport.Transport // for cleanup; made while the test runs
 	queues     []string
 	exchanges  []string
 	n          int
@@ -236,18 +237,17 @@ func (s *suite) env(t *testing.T) *env {
 
 func (e *env) cleanup() {
 	e.mu.Lock()
-	ts, queues, exchanges := e.transports, e.queues, e.exchanges
+	ts, admin, queues, exchanges := e.transports, e.admin, e.queues, e.exchanges
 	e.mu.Unlock()
 	for _, tr := range ts {
 		_ = tr.Close() // unsettled deliveries go back to their queues first
 	}
-	if len(queues) == 0 && len(exchanges) == 0 {
+	if admin == nil {
 		return
 	}
+	defer admin.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), e.f.Timeout)
 	defer cancel()
-	admin := e.s.newT(e.t)
-	defer admin.Close()
 	for _, q := range queues {
 		if a, ok := admin.(transport.Admin); ok {
 			if _, err := a.Purge(ctx, q); err != nil {
@@ -283,10 +283,18 @@ func (e *env) transport() transport.Transport {
 	return tr
 }
 
-// name returns a fresh queue or exchange name for this test.
+// name returns a fresh queue or exchange name for this test. The first call
+// also connects the transport that cleans up after the test: the factory
+// may need the test's context, which is gone by the time cleanups run.
 func (e *env) name(kind string) string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.admin == nil {
+		e.admin = e.s.newT(e.t)
+		if e.admin == nil {
+			e.t.Fatal("transporttest: Factory returned nil")
+		}
+	}
 	e.n++
 	base := e.t.Name()
 	if i := strings.LastIndexByte(base, '/'); i >= 0 {
