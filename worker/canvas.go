@@ -26,6 +26,9 @@ type callOptions struct {
 	// groupIndex is set for chord header members.
 	groupIndex *int
 	chord      *protocol.Signature
+	// queue is the queue of the task that applies the signature: where its
+	// messages go when nothing routes them (see Config.Routes).
+	queue string
 }
 
 // signatureMessage turns a plain signature into a task message and its
@@ -60,6 +63,7 @@ func (p *Producer) signatureMessage(sig protocol.Signature, extra []any, c callO
 	if c.chord != nil {
 		o.chord = c.chord
 	}
+	o.fallbackQueue = c.queue
 	m, dest := p.build(sig.Task, args, sig.Kwargs, o, now)
 	return m, dest, o, nil
 }

@@ -110,10 +110,15 @@ type Config struct {
 	MaxNestingDepth int
 
 	// Routes maps task names to queues for tasks the worker publishes (chain
-	// steps, callbacks) without an explicit queue, like Celery's task_routes.
-	// Default: DefaultQueue.
+	// steps, callbacks, errbacks, chord bodies) without an explicit queue,
+	// like Celery's task_routes. A Go worker cannot read the Python app's
+	// routing, so without a route such a task goes to DefaultQueue when it
+	// is set, and otherwise to the queue the task that sends it came from:
+	// a workflow stays on the queue its first task was sent to.
 	Routes map[string]string
-	// DefaultQueue is task_default_queue. Default "celery".
+	// DefaultQueue is task_default_queue: the queue consumed when Queues is
+	// empty ("celery" when both are), and where tasks the worker publishes
+	// go when no route names a queue (see Routes).
 	DefaultQueue string
 
 	// SendTaskEvents sends task events (task-received, -started,
@@ -147,11 +152,12 @@ const (
 
 // withDefaults returns a copy of c with defaults applied.
 func (c Config) withDefaults() Config {
-	if c.DefaultQueue == "" {
-		c.DefaultQueue = defaultQueue
-	}
 	if len(c.Queues) == 0 {
-		c.Queues = []string{c.DefaultQueue}
+		q := c.DefaultQueue
+		if q == "" {
+			q = defaultQueue
+		}
+		c.Queues = []string{q}
 	} else {
 		c.Queues = append([]string(nil), c.Queues...)
 	}

@@ -248,3 +248,23 @@ func keys(m map[string]map[string]any) []string {
 	}
 	return out
 }
+
+func TestControlClientAgainstWorker(t *testing.T) {
+	h, _ := startControlled(t)
+	c := worker.NewControl(h.tr)
+	replies, err := c.Call(context.Background(), "ping", nil, worker.ControlOptions{Timeout: 2 * time.Second, Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(replies) != 1 || replies[0].Hostname != "w1@test" || replies[0].Value.(map[string]any)["ok"] != "pong" {
+		t.Fatalf("replies = %+v", replies)
+	}
+	replies, err = c.Call(context.Background(), "ping", nil, worker.ControlOptions{Timeout: 200 * time.Millisecond, Pattern: "w9@*"})
+	if err != nil || len(replies) != 0 {
+		t.Fatalf("pattern w9@* answered: %+v %v", replies, err)
+	}
+	replies, err = c.Call(context.Background(), "ping", nil, worker.ControlOptions{Timeout: 2 * time.Second, Pattern: "w1@*", Limit: 1})
+	if err != nil || len(replies) != 1 {
+		t.Fatalf("pattern w1@* not answered: %+v %v", replies, err)
+	}
+}

@@ -265,7 +265,7 @@ func (w *Worker) applyCanvasOnSuccess(ctx context.Context, r *run, result any) (
 	var children []any
 	var errs []error
 	if cbs := m.Embed.Callbacks; len(cbs) > 0 {
-		c := callOptions{parentID: m.ID, rootID: root}
+		c := callOptions{parentID: m.ID, rootID: root, queue: r.p.d.Queue}
 		if len(cbs) > 1 {
 			// Several callbacks are sent as a group: one fresh group id
 			// shared by every plain signature (group_index stays null).
@@ -285,7 +285,7 @@ func (w *Worker) applyCanvasOnSuccess(ctx context.Context, r *run, result any) (
 		next := ch[len(ch)-1]
 		rest := append([]protocol.Signature{}, ch[:len(ch)-1]...)
 		ids, err := w.applySignature(ctx, next, []any{result}, callOptions{
-			parentID: m.ID, rootID: root, chain: rest, hasChain: true,
+			parentID: m.ID, rootID: root, chain: rest, hasChain: true, queue: r.p.d.Queue,
 		})
 		for _, id := range ids {
 			children = append(children, protocol.ChildTuple(id))
@@ -320,7 +320,7 @@ func (w *Worker) fail(ctx context.Context, r *run, err error, reason string) {
 	if m.Embed.Chord != nil && m.Group != "" {
 		w.chordPartReturn(ctx, r, protocol.StateFailure, ex)
 	}
-	w.callErrbacks(ctx, m, m.Embed.Errbacks)
+	w.callErrbacks(ctx, m, r.p.d.Queue, m.Embed.Errbacks)
 	w.events.task("task-failed", map[string]any{"uuid": m.ID, "exception": excRepr(ex), "traceback": tb})
 	r.log.Error("task failed",
 		zap.String("reason", reason),
@@ -338,7 +338,7 @@ func (w *Worker) fail(ctx context.Context, r *run, err error, reason string) {
 // callErrbacks sends link_error callbacks as Celery does for errbacks it
 // cannot call inline: a group of messages with the failed task's id as
 // their argument.
-func (w *Worker) callErrbacks(ctx context.Context, m *protocol.TaskMessage, errbacks []protocol.Signature) {
+func (w *Worker) callErrbacks(ctx context.Context, m *protocol.TaskMessage, queue string, errbacks []protocol.Signature) {
 	if len(errbacks) == 0 {
 		return
 	}
@@ -346,7 +346,7 @@ func (w *Worker) callErrbacks(ctx context.Context, m *protocol.TaskMessage, errb
 	if root == "" {
 		root = m.ID
 	}
-	c := callOptions{parentID: m.ID, rootID: root, groupID: NewID()}
+	c := callOptions{parentID: m.ID, rootID: root, groupID: NewID(), queue: queue}
 	for _, eb := range errbacks {
 		if _, err := w.applySignature(ctx, eb, []any{m.ID}, c); err != nil {
 			w.log.Error("sending an error callback failed", zap.String("task_id", m.ID), zap.String("errback", eb.Task), zap.Error(err))
@@ -404,7 +404,7 @@ func (w *Worker) chordPartReturn(ctx context.Context, r *run, state protocol.Sta
 	if root == "" {
 		root = m.ID
 	}
-	if _, err := w.applySignature(ctx, body, []any{values}, callOptions{parentID: m.ID, rootID: root}); err != nil {
+	if _, err := w.applySignature(ctx, body, []any{values}, callOptions{parentID: m.ID, rootID: root, queue: r.p.d.Queue}); err != nil {
 		r.log.Error("sending the chord body failed", zap.String("group_id", m.Group), zap.Error(err))
 	}
 }
@@ -431,7 +431,7 @@ func (w *Worker) chordError(ctx context.Context, r *run, body protocol.Signature
 	}
 	if len(errbacks) > 0 {
 		fake := &protocol.TaskMessage{ID: bodyID, RootID: r.p.m.RootID}
-		w.callErrbacks(ctx, fake, errbacks)
+		w.callErrbacks(ctx, fake, r.p.d.Queue, errbacks)
 	}
 }
 

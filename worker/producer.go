@@ -42,12 +42,16 @@ type ProducerConfig struct {
 type Producer struct {
 	pub Publisher
 	cfg ProducerConfig
+	// defaultSet is false when DefaultQueue was not configured, so that a
+	// per-call fallback may win over "celery".
+	defaultSet bool
 }
 
 // NewProducer returns a Producer publishing through pub (any
 // transport.Transport).
 func NewProducer(pub Publisher, cfg ProducerConfig) *Producer {
-	if cfg.DefaultQueue == "" {
+	defaultSet := cfg.DefaultQueue != ""
+	if !defaultSet {
 		cfg.DefaultQueue = defaultQueue
 	}
 	if cfg.Serializer == "" {
@@ -57,7 +61,7 @@ func NewProducer(pub Publisher, cfg ProducerConfig) *Producer {
 		host, _ := os.Hostname()
 		cfg.Origin = "gen" + strconv.Itoa(os.Getpid()) + "@" + host
 	}
-	return &Producer{pub: pub, cfg: cfg}
+	return &Producer{pub: pub, cfg: cfg, defaultSet: defaultSet}
 }
 
 // SendOption modifies one SendTask call, like apply_async's keyword
@@ -91,6 +95,10 @@ type sendOptions struct {
 	parentID      string
 	rootID        string
 	retries       int
+	// fallbackQueue is used when neither an option nor a route names a
+	// queue and the producer has no configured default (canvas messages
+	// sent by the worker: the parent's queue).
+	fallbackQueue string
 }
 
 // TaskID sets the task id (default: a new UUID).
@@ -211,6 +219,8 @@ func (p *Producer) route(name string, o *sendOptions) destination {
 		return destination{routingKey: o.queue}
 	case p.cfg.Routes[name] != "":
 		return destination{routingKey: p.cfg.Routes[name]}
+	case !p.defaultSet && o.fallbackQueue != "":
+		return destination{routingKey: o.fallbackQueue}
 	}
 	return destination{routingKey: p.cfg.DefaultQueue}
 }

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/celeriac/celeriac/examples/demotasks"
+	"github.com/celeriac/celeriac/worker"
+	"github.com/celeriac/celeriac/worker/connect"
+)
+
+type workerFlags struct {
+	queues             string
+	concurrency        int
+	hostname           string
+	taskEvents         bool
+	prefetchMultiplier int
+	withoutHeartbeat   bool
+	withoutGossip      bool
+	withoutMingle      bool
+	queueOrder         string
+	acksLate           bool
+	timeLimit          float64
+	softTimeLimit      float64
+	shutdownTimeout    time.Duration
+	maxMessageSize     int
+	resultExtended     bool
+	trackStarted       bool
+	visibilityTimeout  float64
+	globalKeyPrefix    string
+	etaTaskLimit       int
+}
+
+func newWorkerCmd(g *globalFlags) *cobra.Command {
+	f := &workerFlags{}
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run a worker for the example tasks (examples/demotasks)",
+		Long: `Run a celeriac worker with the example tasks of examples/demotasks
+(tasks.add, tasks.mul, tasks.tsum, tasks.echo, tasks.wordcount, tasks.sha256,
+tasks.primes, tasks.fail, tasks.sleep, tasks.flaky), consuming the given queues.
+
+The first SIGTERM or SIGINT starts a warm shutdown: no new tasks, running
+tasks finish (up to --shutdown-timeout), unstarted ones go back to the broker.
+A second signal is a cold shutdown.`,
+		Example: `  CELERY_BROKER_URL=redis://localhost:6379/0 CELERY_RESULT_BACKEND=redis://localhost:6379/1 \
+    celeriac worker -Q celery -c 8 -E`,
+		Args: args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error { return runWorker(cmd, g, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&f.queues, "queues", "Q", "", "comma-separated queues to consume (default: task_queues or \"celery\")")
+	fl.IntVarP(&f.concurrency, "concurrency", "c", 0, "tasks run at once (default: worker_concurrency or the number of CPUs)")
+	fl.StringVarP(&f.hostname, "hostname", "n", "", "node name, with %h %n %d expanded (default celery@%h)")
+	fl.BoolVarP(&f.taskEvents, "task-events", "E", false, "send task events (for Flower, celery events)")
+	fl.IntVar(&f.prefetchMultiplier, "prefetch-multiplier", 0, "worker_prefetch_multiplier (default 4)")
+	fl.BoolVar(&f.withoutHeartbeat, "without-heartbeat", false, "do not send worker heartbeat events")
+	fl.BoolVar(&f.withoutGossip, "without-gossip", false, "accepted for Celery compatibility (celeriac does not gossip)")
+	fl.BoolVar(&f.withoutMingle, "without-mingle", false, "accepted for Celery compatibility (celeriac does not mingle)")
+	fl.StringVar(&f.queueOrder, "queue-order", "", `how a free slot picks a queue: "" (arrival order, as Celery), strict (first -Q queue with work), weighted`)
+	fl.BoolVar(&f.acksLate, "acks-late", false, "acknowledge after the task ran (task_acks_late)")
+	fl.Float64Var(&f.timeLimit, "time-limit", 0, "hard time limit in seconds (task_time_limit)")
+	fl.Float64Var(&f.softTimeLimit, "soft-time-limit", 0, "soft time limit in seconds (task_soft_time_limit)")
+	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a warm shutdown waits for running tasks")
+	fl.IntVar(&f.maxMessageSize, "max-message-size", 0, "largest accepted message body in bytes (default 64 MiB)")
+	fl.BoolVar(&f.resultExtended, "result-extended", false, "store name, args, kwargs, worker, retries and queue with results")
+	fl.BoolVar(&f.trackStarted, "track-started", false, "store STARTED when a task starts")
+	fl.Float64Var(&f.visibilityTimeout, "visibility-timeout", 0, "Redis visibility_timeout in seconds (default 3600)")
+	fl.StringVar(&f.globalKeyPrefix, "global-keyprefix", "", "Redis global_keyprefix")
+	fl.IntVar(&f.etaTaskLimit, "eta-task-limit", 0, "worker_eta_task_limit (default 10000)")
+	return cmd
+}
+
+func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
+	file := g.file
+	cfg := worker.Config{
+		Hostname:           f.hostname,
+		Concurrency:        f.concurrency,
+		PrefetchMultiplier: f.prefetchMultiplier,
+		SendTaskEvents:     f.taskEvents,
+		WithoutHeartbeat:   f.withoutHeartbeat,
+		QueueOrder:         worker.QueueOrder(f.queueOrder),
+		AcksLate:           f.acksLate,
+		TimeLimit:          seconds(f.timeLimit),
+		SoftTimeLimit:      seconds(f.softTimeLimit),
+		ShutdownTimeout:    f.shutdownTimeout,
+		MaxMessageSize:     f.maxMessageSize,
+		ResultExtended:     f.resultExtended,
+		TrackStarted:       f.trackStarted,
+		ETATaskLimit:       f.etaTaskLimit,
+		DefaultQueue:       file.TaskDefaultQueue,
+		QueueArguments:     file.QueueArguments,
+		Logger:             g.log,
+	}
+	if f.queues != "" {
+		for _, q := range strings.Split(f.queues, ",") {
+			if q = strings.TrimSpace(q); q != "" {
+				cfg.Queues = append(cfg.Queues, q)
+			}
+		}
+	} else {
+		cfg.Queues = file.TaskQueues
+	}
+	if cfg.Concurrency == 0 && file.WorkerConcurrency != nil {
+		cfg.Concurrency = *file.WorkerConcurrency
+	}
+	if cfg.PrefetchMultiplier == 0 && file.WorkerPrefetchMult != nil {
+		cfg.PrefetchMultiplier = *file.WorkerPrefetchMult
+		if cfg.PrefetchMultiplier == 0 {
+			cfg.PrefetchMultiplier = -1 // Celery: 0 means unlimited
+		}
+	}
+	if !cfg.AcksLate && file.TaskAcksLate != nil {
+		cfg.AcksLate = *file.TaskAcksLate
+	}
+	if !cfg.SendTaskEvents && file.WorkerSendTaskEvents != nil {
+		cfg.SendTaskEvents = *file.WorkerSendTaskEvents
+	}
+	if !cfg.ResultExtended && file.ResultExtended != nil {
+		cfg.ResultExtended = *file.ResultExtended
+	}
+	if !cfg.TrackStarted && file.TaskTrackStarted != nil {
+		cfg.TrackStarted = *file.TaskTrackStarted
+	}
+	if cfg.TimeLimit == 0 && file.TaskTimeLimit != nil {
+		cfg.TimeLimit = seconds(*file.TaskTimeLimit)
+	}
+	if cfg.SoftTimeLimit == 0 && file.TaskSoftTimeLimit != nil {
+		cfg.SoftTimeLimit = seconds(*file.TaskSoftTimeLimit)
+	}
+	if cfg.ETATaskLimit == 0 && file.WorkerEtaTaskLimit != nil {
+		cfg.ETATaskLimit = *file.WorkerEtaTaskLimit
+	}
+	if len(file.TaskRoutes) > 0 {
+		cfg.Routes = map[string]string{}
+		for name, r := range file.TaskRoutes {
+			switch r := r.(type) {
+			case string:
+				cfg.Routes[name] = r
+			case map[string]any:
+				if q, ok := r["queue"].(string); ok {
+					cfg.Routes[name] = q
+				}
+			}
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageError{err}
+	}
+
+	// Signals: the first one cancels ctx (warm shutdown); the second closes
+	// the worker (cold shutdown).
+	ctx, cancel := context.WithCancel(cmd.Context())
+	defer cancel()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	o := g.options()
+	if f.visibilityTimeout > 0 {
+		o.VisibilityTimeout = seconds(f.visibilityTimeout)
+	}
+	if f.globalKeyPrefix != "" {
+		o.GlobalKeyPrefix = f.globalKeyPrefix
+	}
+	if cfg.QueueOrder == worker.QueueOrderStrict && o.QueueOrderStrategy == "" {
+		o.QueueOrderStrategy = "priority" // Redis pops in -Q order too
+	}
+	if connect.Scheme(o.BrokerURL) == "" || connect.Scheme(o.BrokerURL) == "memory" {
+		g.log.Warn("no broker configured (--broker, CELERY_BROKER_URL): using an in-process broker that nothing else can reach")
+	}
+	conn, err := connect.Open(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	cfg.Backend = conn.Backend
+
+	mux := worker.NewMux()
+	demotasks.Register(mux)
+	w, err := worker.New(conn.Transport, mux, cfg)
+	if err != nil {
+		return err
+	}
+	g.log.Info("celeriac worker starting",
+		zap.String("broker", connect.Redact(o.BrokerURL)),
+		zap.String("result_backend", connect.Redact(o.ResultBackend)),
+		zap.String("hostname", w.Hostname()))
+	go func() {
+		select {
+		case s := <-sigs:
+			g.log.Info("warm shutdown requested (send the signal again for a cold shutdown)", zap.String("signal", s.String()))
+			cancel()
+		case <-ctx.Done():
+			return
+		}
+		s := <-sigs
+		g.log.Warn("cold shutdown requested", zap.String("signal", s.String()))
+		w.Close()
+	}()
+	err = w.Run(ctx)
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}

@@ -1,0 +1,256 @@
+// Package connect opens a broker transport and a result backend from
+// Celery-style URLs — broker_url and result_backend, or the
+// CELERY_BROKER_URL and CELERY_RESULT_BACKEND environment variables — so
+// that a Go main is configured the way a Python Celery app is.
+//
+//	c, err := connect.Open(ctx, connect.FromEnv(connect.Options{}))
+//	if err != nil { ... }
+//	defer c.Close()
+//	w, err := worker.New(c.Transport, mux, worker.Config{Backend: c.Backend})
+//
+// Broker URLs: amqp://, amqps:// and pyamqp:// (RabbitMQ; several URLs
+// separated by ';' fail over in order), redis://, rediss:// and
+// sentinel:// (Redis, with kombu's conventions), memory:// (in-process).
+// Result backends: redis://, rediss://, sentinel://, rpc:// and memory://.
+//
+// connect is, with cmd, examples and integration, the only place that
+// imports the adapters; the worker itself depends on the contracts only.
+package connect
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/celeriac/celeriac/backend"
+	membackend "github.com/celeriac/celeriac/backend/memory"
+	redisbackend "github.com/celeriac/celeriac/backend/redis"
+	"github.com/celeriac/celeriac/backend/rpc"
+	"github.com/celeriac/celeriac/protocol"
+	"github.com/celeriac/celeriac/transport"
+	amqptransport "github.com/celeriac/celeriac/transport/amqp"
+	"github.com/celeriac/celeriac/transport/memory"
+	redistransport "github.com/celeriac/celeriac/transport/redis"
+)
+
+// Options are the connection settings, named after Celery's.
+type Options struct {
+	// BrokerURL is broker_url. Empty means memory://.
+	BrokerURL string
+	// ResultBackend is result_backend. Empty means no result backend.
+	ResultBackend string
+
+	// Redis broker transport options (broker_transport_options).
+	VisibilityTimeout  time.Duration
+	GlobalKeyPrefix    string
+	QueueOrderStrategy string
+
+	// ResultExpires is result_expires (default 1 day); ResultSerializer is
+	// result_serializer (default json).
+	ResultExpires    time.Duration
+	ResultSerializer string
+
+	// TLS configures amqps:// and rediss:// connections.
+	TLS *tls.Config
+	// ConnectionName names the AMQP connection and Redis clients, for
+	// rabbitmqctl and CLIENT LIST.
+	ConnectionName string
+	Logger         *zap.Logger
+
+	// Broker is the in-process broker memory:// connects to (nil: a new
+	// one), so that several transports can share it.
+	Broker *memory.Broker
+}
+
+// FromEnv fills BrokerURL and ResultBackend from CELERY_BROKER_URL and
+// CELERY_RESULT_BACKEND when they are empty.
+func FromEnv(o Options) Options {
+	if o.BrokerURL == "" {
+		o.BrokerURL = os.Getenv("CELERY_BROKER_URL")
+	}
+	if o.ResultBackend == "" {
+		o.ResultBackend = os.Getenv("CELERY_RESULT_BACKEND")
+	}
+	return o
+}
+
+// Conn is an open broker transport and result backend.
+type Conn struct {
+	Transport transport.Transport
+	// Backend is nil when no result backend is configured.
+	Backend backend.Backend
+	// BrokerScheme is the broker kind: "amqp", "redis" or "memory".
+	BrokerScheme string
+}
+
+// Close closes the backend, then the transport.
+func (c *Conn) Close() error {
+	var errs []error
+	if c.Backend != nil {
+		errs = append(errs, c.Backend.Close())
+	}
+	if c.Transport != nil {
+		errs = append(errs, c.Transport.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Open connects to the broker and opens the result backend.
+func Open(ctx context.Context, o Options) (*Conn, error) {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	tr, scheme, err := openBroker(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	c := &Conn{Transport: tr, BrokerScheme: scheme}
+	be, err := openBackend(ctx, o, tr)
+	if err != nil {
+		tr.Close()
+		return nil, err
+	}
+	c.Backend = be
+	return c, nil
+}
+
+// Scheme returns a URL's scheme, lower-cased, for the first of several
+// ';'-separated URLs.
+func Scheme(raw string) string {
+	first, _, _ := strings.Cut(strings.TrimSpace(raw), ";")
+	s, _, ok := strings.Cut(first, "://")
+	if !ok {
+		return ""
+	}
+	return strings.ToLower(s)
+}
+
+func openBroker(ctx context.Context, o Options) (transport.Transport, string, error) {
+	raw := strings.TrimSpace(o.BrokerURL)
+	switch s := Scheme(raw); s {
+	case "", "memory":
+		return memory.New(memory.Config{Broker: o.Broker}), "memory", nil
+	case "amqp", "amqps", "pyamqp", "librabbitmq":
+		var urls []string
+		for _, u := range strings.Split(raw, ";") {
+			if u = strings.TrimSpace(u); u != "" {
+				// kombu's aliases name the client library, not the protocol.
+				u = strings.Replace(u, "pyamqp://", "amqp://", 1)
+				u = strings.Replace(u, "librabbitmq://", "amqp://", 1)
+				urls = append(urls, u)
+			}
+		}
+		tr, err := amqptransport.Dial(ctx, amqptransport.Config{
+			URLs: urls, TLS: o.TLS, ConnectionName: o.ConnectionName, Logger: o.Logger,
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("connect: broker %s: %w", Redact(raw), err)
+		}
+		return tr, "amqp", nil
+	case "redis", "rediss", "sentinel", "redis+socket":
+		tr, err := redistransport.Dial(ctx, redistransport.Config{
+			URL: raw, TLSConfig: o.TLS, ClientName: o.ConnectionName, Logger: o.Logger,
+			VisibilityTimeout: o.VisibilityTimeout, GlobalKeyPrefix: o.GlobalKeyPrefix,
+			QueueOrderStrategy: o.QueueOrderStrategy,
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("connect: broker %s: %w", Redact(raw), err)
+		}
+		return tr, "redis", nil
+	default:
+		return nil, "", fmt.Errorf("connect: unsupported broker scheme %q in %s (want amqp://, redis://, sentinel:// or memory://)", s, Redact(raw))
+	}
+}
+
+func openBackend(ctx context.Context, o Options, tr transport.Transport) (backend.Backend, error) {
+	raw := strings.TrimSpace(o.ResultBackend)
+	serializer := o.ResultSerializer
+	switch serializer {
+	case "", "json":
+		serializer = protocol.ContentTypeJSON
+	case "msgpack":
+		serializer = protocol.ContentTypeMsgpack
+	}
+	switch s := Scheme(raw); s {
+	case "":
+		if raw == "" || raw == "disabled" {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("connect: result backend %q is not a URL", Redact(raw))
+	case "memory", "cache+memory":
+		return membackend.New(), nil
+	case "rpc":
+		return rpc.New(tr, rpc.Config{Serializer: serializer})
+	case "redis", "rediss", "sentinel":
+		be, err := redisbackend.New(redisbackend.Config{
+			URL: raw, TLSConfig: o.TLS, ResultExpires: o.ResultExpires,
+			Serializer: serializer, Logger: o.Logger,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("connect: result backend %s: %w", Redact(raw), err)
+		}
+		if p, ok := any(be).(interface{ Ping(context.Context) error }); ok {
+			if err := p.Ping(ctx); err != nil {
+				be.Close()
+				return nil, fmt.Errorf("connect: result backend %s: %w", Redact(raw), err)
+			}
+		}
+		return be, nil
+	default:
+		return nil, fmt.Errorf("connect: unsupported result backend %q in %s (want redis://, rpc:// or memory://)", s, Redact(raw))
+	}
+}
+
+// Redact hides the password of every URL in raw (';'-separated), so that
+// URLs can be logged: amqp://guest:***@host//.
+func Redact(raw string) string {
+	parts := strings.Split(raw, ";")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil {
+			parts[i] = "<unparsable url>"
+			continue
+		}
+		if u.User != nil {
+			if _, has := u.User.Password(); has {
+				u.User = url.UserPassword(u.User.Username(), "xxx")
+			}
+		}
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, ";")
+}
+
+// Wait polls the backend until the task is ready (SUCCESS, FAILURE or
+// REVOKED), like AsyncResult.get() without raising. Backends with a native
+// Wait (backend/memory) are waited on directly.
+func Wait(ctx context.Context, be backend.Backend, taskID string) (*protocol.ResultMeta, error) {
+	if w, ok := be.(interface {
+		Wait(context.Context, string) (*protocol.ResultMeta, error)
+	}); ok {
+		return w.Wait(ctx, taskID)
+	}
+	delay := 2 * time.Millisecond
+	for {
+		m, err := be.Get(ctx, taskID)
+		switch {
+		case err == nil && m.Status.Ready():
+			return m, nil
+		case err != nil && !errors.Is(err, backend.ErrNotFound):
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 200*time.Millisecond)
+	}
+}
