@@ -23,24 +23,43 @@ import (
 	"github.com/celeriac/celeriac/worker"
 )
 
+// Task is one demo task: its Celery name, handler and options.
+type Task struct {
+	Name    string
+	Handler worker.HandlerFunc
+	Options []worker.TaskOption
+}
+
+// Tasks returns the demo tasks.
+func Tasks() []Task {
+	return []Task{
+		{Name: "tasks.add", Handler: Add},
+		{Name: "tasks.mul", Handler: Mul},
+		{Name: "tasks.tsum", Handler: Sum},
+		{Name: "tasks.echo", Handler: Echo},
+		{Name: "tasks.wordcount", Handler: WordCount},
+		{Name: "tasks.sha256", Handler: SHA256},
+		{Name: "tasks.primes", Handler: Primes},
+		{Name: "tasks.fail", Handler: Fail},
+		{Name: "tasks.sleep", Handler: Sleep},
+		{Name: "tasks.flaky", Handler: NewFlaky().Handle, Options: []worker.TaskOption{
+			worker.AcksLate(true),
+			worker.Retry(retry.Policy{
+				AutoRetryFor: []retry.Matcher{retry.On(ErrTransient)},
+				MaxRetries:   retry.Limited(5),
+				Backoff:      1,
+				BackoffMax:   8 * time.Second,
+				Jitter:       retry.JitterOff,
+			}),
+		}},
+	}
+}
+
 // Register adds the demo tasks to mux under their Celery names.
 func Register(mux *worker.Mux) {
-	mux.HandleFunc("tasks.add", Add)
-	mux.HandleFunc("tasks.mul", Mul)
-	mux.HandleFunc("tasks.tsum", Sum)
-	mux.HandleFunc("tasks.echo", Echo)
-	mux.HandleFunc("tasks.wordcount", WordCount)
-	mux.HandleFunc("tasks.sha256", SHA256)
-	mux.HandleFunc("tasks.primes", Primes)
-	mux.HandleFunc("tasks.fail", Fail)
-	mux.HandleFunc("tasks.sleep", Sleep)
-	mux.HandleFunc("tasks.flaky", NewFlaky().Handle, worker.AcksLate(true), worker.Retry(retry.Policy{
-		AutoRetryFor: []retry.Matcher{retry.On(ErrTransient)},
-		MaxRetries:   retry.Limited(5),
-		Backoff:      1,
-		BackoffMax:   8 * time.Second,
-		Jitter:       retry.JitterOff,
-	}))
+	for _, t := range Tasks() {
+		mux.Handle(t.Name, t.Handler, t.Options...)
+	}
 }
 
 // Add returns x + y (tasks.add).
