@@ -1,0 +1,363 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/celeriac/celeriac/worker"
+	"github.com/celeriac/celeriac/worker/connect"
+)
+
+// celeriacBin builds cmd/celeriac once per test binary.
+var celeriacBuild struct {
+	sync.Once
+	path string
+	err  error
+}
+
+func celeriacBin(t *testing.T) string {
+	t.Helper()
+	celeriacBuild.Do(func() {
+		dir, err := os.MkdirTemp("", "celeriac-bin")
+		if err != nil {
+			celeriacBuild.err = err
+			return
+		}
+		celeriacBuild.path = filepath.Join(dir, "celeriac")
+		out, err := exec.Command("go", "build", "-C", "..", "-o", celeriacBuild.path, "./cmd/celeriac").CombinedOutput()
+		if err != nil {
+			celeriacBuild.err = fmt.Errorf("go build ./cmd/celeriac: %v\n%s", err, out)
+		}
+	})
+	if celeriacBuild.err != nil {
+		t.Fatal(celeriacBuild.err)
+	}
+	return celeriacBuild.path
+}
+
+// workerProc is a `celeriac worker` subprocess.
+type workerProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	mu   sync.Mutex
+	log  strings.Builder
+	err  error
+}
+
+func startWorkerProc(t *testing.T, bc brokerCase, args ...string) *workerProc {
+	t.Helper()
+	cmd := exec.Command(celeriacBin(t), append([]string{"worker", "--broker", bc.broker, "--result-backend", bc.backend}, args...)...)
+	cmd.Env = append(os.Environ(), "CELERY_BROKER_URL=", "CELERY_RESULT_BACKEND=")
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	p := &workerProc{cmd: cmd, done: make(chan struct{})}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		var once sync.Once
+		for sc.Scan() {
+			p.mu.Lock()
+			p.log.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+			if strings.Contains(sc.Text(), "worker ready") {
+				once.Do(func() { close(ready) })
+			}
+		}
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("celeriac worker log:\n%s", p.Log())
+		}
+	})
+	select {
+	case <-ready:
+	case <-p.done:
+		t.Fatalf("celeriac worker exited early:\n%s", p.Log())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("celeriac worker not ready:\n%s", p.Log())
+	}
+	return p
+}
+
+func (p *workerProc) Log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// readyMessages counts the messages waiting in a queue.
+func readyMessages(t *testing.T, bc brokerCase, q string) int {
+	t.Helper()
+	ctx := context.Background()
+	switch connect.Scheme(bc.broker) {
+	case "amqp":
+		conn, err := amqp091.Dial(bc.broker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Messages
+	default:
+		opt, err := goredis.ParseURL(bc.broker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdb := goredis.NewClient(opt)
+		defer rdb.Close()
+		n := 0
+		for _, k := range []string{q, q + "\x06\x163", q + "\x06\x166", q + "\x06\x169"} {
+			l, err := rdb.LLen(ctx, k).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += int(l)
+		}
+		return n
+	}
+}
+
+// TestWorkerSIGTERMFinishesRunningLeavesTheRest: a warm shutdown during
+// work finishes the running tasks and returns every unstarted one to the
+// broker, counted.
+func TestWorkerSIGTERMFinishesRunningLeavesTheRest(t *testing.T) {
+	eachBroker(t, func(t *testing.T, bc brokerCase) {
+		q := uniqueQueue(t, bc)
+		const total = 10
+		p := startWorkerProc(t, bc, "-Q", q, "-c", "2", "--track-started", "-n", "sigterm-"+q+"@%h")
+		out := pyClient(t, bc, q, fmt.Sprintf(`
+ids = [sleep.delay(2).id for _ in range(%d)]
+deadline = time.time() + 20
+started = []
+while time.time() < deadline:
+    started = [i for i in ids if app.AsyncResult(i).state == "STARTED"]
+    if len(started) == 2:
+        break
+    time.sleep(0.05)
+assert len(started) == 2, started
+print("IDS", " ".join(ids))
+print("OK")
+`, total))
+		var ids []string
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "IDS ") {
+				ids = strings.Fields(strings.TrimPrefix(line, "IDS "))
+			}
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("worker did not exit after SIGTERM:\n%s", p.Log())
+		}
+		if p.err != nil {
+			t.Fatalf("worker exit: %v\n%s", p.err, p.Log())
+		}
+		conn, err := connect.Open(context.Background(), connect.Options{BrokerURL: "memory://", ResultBackend: bc.backend})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		succeeded := 0
+		for _, id := range ids {
+			if m, err := conn.Backend.Get(context.Background(), id); err == nil && m.Status == "SUCCESS" {
+				succeeded++
+			}
+		}
+		left := readyMessages(t, bc, q)
+		t.Logf("after SIGTERM: %d succeeded, %d back on the broker, of %d", succeeded, left, total)
+		if succeeded != 2 || left != total-2 {
+			t.Fatalf("succeeded %d, left on the broker %d; want 2 and %d\n%s", succeeded, left, total-2, p.Log())
+		}
+	})
+}
+
+// TestWorkerRemoteControlFromPython: Python's app.control and the celery
+// command line see and steer a celeriac worker.
+func TestWorkerRemoteControlFromPython(t *testing.T) {
+	eachBroker(t, func(t *testing.T, bc brokerCase) {
+		q := uniqueQueue(t, bc)
+		node := "rc-" + bc.name + "@celeriac"
+		startGoWorker(t, bc, q, worker.Config{Concurrency: 2, Hostname: node}, nil)
+		time.Sleep(300 * time.Millisecond) // the pidbox subscription is set up asynchronously
+		pyClient(t, bc, q, fmt.Sprintf(`
+from celery.exceptions import TaskRevokedError
+node = %q
+pong = app.control.ping(destination=[node], timeout=2)
+assert pong == [{node: {"ok": "pong"}}], pong
+insp = app.control.inspect(destination=[node], timeout=2)
+reg = insp.registered()
+assert "tasks.add" in reg[node], reg
+s = sleep.delay(3)
+deadline = time.time() + 10
+active = {}
+while time.time() < deadline:
+    active = insp.active() or {}
+    if any(t["id"] == s.id for t in active.get(node, [])):
+        break
+    time.sleep(0.1)
+assert any(t["id"] == s.id and t["name"] == "tasks.sleep" for t in active.get(node, [])), active
+stats = insp.stats()[node]
+assert stats["pool"]["max-concurrency"] == 2, stats["pool"]
+c = add.apply_async((1, 2), countdown=5)
+deadline = time.time() + 10
+while time.time() < deadline and not (insp.scheduled() or {}).get(node):
+    time.sleep(0.1)
+app.control.revoke(c.id)
+try:
+    c.get(timeout=10)
+    raise SystemExit("revoked task ran")
+except TaskRevokedError:
+    pass
+assert c.state == "REVOKED", c.state
+assert c.id in (insp.revoked() or {}).get(node, []), insp.revoked()
+print("OK")
+`, node))
+		env := map[string]string{"IT_BROKER": bc.broker, "IT_BACKEND": bc.backend, "IT_QUEUE": q}
+		out := runPython(t, 60*time.Second, env, `
+import subprocess, sys
+r = subprocess.run([sys.executable, "-m", "celery", "-A", "it_worker_app", "inspect", "ping", "-d", sys.argv[1], "--timeout", "3"], capture_output=True, text=True)
+print(r.stdout); print(r.stderr, file=sys.stderr); sys.exit(r.returncode)
+`, node)
+		if !strings.Contains(out, node) || !strings.Contains(out, "pong") {
+			t.Fatalf("celery inspect ping output:\n%s", out)
+		}
+	})
+}
+
+// TestWorkerEventsFromPython: a Python event receiver sees the worker's
+// heartbeats and task events, and Celery's State tracks tasks to their
+// final states.
+func TestWorkerEventsFromPython(t *testing.T) {
+	eachBroker(t, func(t *testing.T, bc brokerCase) {
+		q := uniqueQueue(t, bc)
+		node := "ev-" + bc.name + "@celeriac"
+		startGoWorker(t, bc, q, worker.Config{Concurrency: 2, Hostname: node, SendTaskEvents: true}, nil)
+		pyClient(t, bc, q, fmt.Sprintf(`
+import threading
+node = %q
+state = app.events.State()
+seen = []
+def on_event(ev):
+    seen.append(ev["type"])
+    state.event(ev)
+stop = threading.Event()
+def capture():
+    with app.connection() as conn:
+        recv = app.events.Receiver(conn, handlers={"*": on_event})
+        recv.should_stop = False
+        def watch():
+            stop.wait()
+            recv.should_stop = True
+        threading.Thread(target=watch, daemon=True).start()
+        recv.capture(limit=None, timeout=None, wakeup=True)
+t = threading.Thread(target=capture, daemon=True)
+t.start()
+time.sleep(1.0)
+ok = add.delay(2, 2)
+bad = fail.delay("nope")
+assert ok.get(timeout=20) == 4
+try:
+    bad.get(timeout=20)
+except ValueError:
+    pass
+deadline = time.time() + 15
+def done():
+    w = state.workers.get(node)
+    a, b = state.tasks.get(ok.id), state.tasks.get(bad.id)
+    return w is not None and w.alive and a is not None and a.state == "SUCCESS" and b is not None and b.state == "FAILURE"
+while time.time() < deadline and not done():
+    time.sleep(0.2)
+stop.set()
+assert done(), (sorted(set(seen)), {k: v.state for k, v in state.tasks.items()}, list(state.workers))
+assert "worker-heartbeat" in seen or "worker-online" in seen, sorted(set(seen))
+for typ in ("task-received", "task-started", "task-succeeded", "task-failed"):
+    assert typ in seen, (typ, sorted(set(seen)))
+a = state.tasks[ok.id]
+assert a.name == "tasks.add" and a.result == "4" and a.worker.hostname == node, (a.name, a.result)
+print("OK")
+`, node))
+	})
+}
+
+// TestWorkerMixedFleetChord: a chord whose header tasks are split between
+// a Python Celery worker and a celeriac worker on one queue fires its body
+// exactly once with the results in order.
+func TestWorkerMixedFleetChord(t *testing.T) {
+	eachBroker(t, func(t *testing.T, bc brokerCase) {
+		q := uniqueQueue(t, bc)
+		gw := startGoWorker(t, bc, q, worker.Config{Concurrency: 2, ResultExtended: true, PrefetchMultiplier: 1}, nil)
+		env := map[string]string{"IT_BROKER": bc.broker, "IT_BACKEND": bc.backend, "IT_QUEUE": q}
+		startPythonWorker(t, env, "it_worker_pyimpl", "-Q", q, "-c", "2", "--prefetch-multiplier", "1",
+			"-n", "py-"+q+"@%h", "--without-gossip", "--without-mingle", "--without-heartbeat")
+		out := pyClient(t, bc, q, `
+from collections import Counter
+tsum = app.signature("tasks.tsum")
+workers = Counter()
+for round in range(3):
+    c = chord([add.s(i, i) for i in range(30)], tsum)()
+    assert c.get(timeout=60) == sum(2 * i for i in range(30)), c.result
+    for child in c.parent.results:
+        workers[app.backend.get_task_meta(child.id).get("worker")] += 1
+print("WORKERS", dict(workers))
+assert len(workers) == 2, workers
+print("OK")
+`)
+		t.Log(strings.TrimSpace(out))
+		if gw.ran("tasks.add") == 0 {
+			t.Fatal("the celeriac worker ran no header task")
+		}
+	})
+}
+
+// TestWorkerRPCBackend: a Python client with the rpc:// backend gets
+// results and exceptions from a celeriac worker over RabbitMQ.
+func TestWorkerRPCBackend(t *testing.T) {
+	bc := brokerCase{name: "rabbitmq-rpc", broker: amqpURL(t), backend: "rpc://"}
+	q := uniqueQueue(t, bc)
+	startGoWorker(t, bc, q, worker.Config{Concurrency: 2}, nil)
+	pyClient(t, bc, q, `
+assert add.delay(2, 3).get(timeout=20) == 5
+try:
+    fail.delay("rpc boom").get(timeout=20)
+    raise SystemExit("no exception")
+except ValueError as e:
+    assert str(e) == "rpc boom", repr(e)
+rs = [add.delay(i, i) for i in range(20)]
+assert [r.get(timeout=20) for r in rs] == [2 * i for i in range(20)]
+print("OK")
+`)
+}
