@@ -135,6 +135,10 @@ type Config struct {
 	// WithoutControl disables remote control (celery inspect / control).
 	WithoutControl bool
 
+	// Observer is told about received, waiting, started and finished tasks
+	// (for metrics; see worker/prommetrics). Nil means none.
+	Observer Observer
+
 	// Logger receives the worker's logs; nil means no logging.
 	Logger *zap.Logger
 	// BaseContext returns the context handlers' contexts derive from. It is
@@ -179,6 +183,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
 	}
 	if c.BaseContext == nil {
 		c.BaseContext = context.Background

@@ -26,6 +26,7 @@ type run struct {
 	t        *Task
 	acksLate bool
 	acked    bool
+	runtime  time.Duration
 	log      *zap.Logger
 }
 
@@ -83,6 +84,7 @@ func (w *Worker) execute(p *pending) {
 	defer w.clearActive(t.ID)
 	w.countTotal(m.Name)
 	w.events.task("task-started", map[string]any{"uuid": m.ID})
+	w.cfg.Observer.TaskStarted(m.Name)
 
 	if w.trackStarted(p.opts) {
 		w.store(sctx, r, protocol.StateStarted, map[string]any{"pid": int64(os.Getpid()), "hostname": w.cfg.Hostname}, "", nil)
@@ -97,6 +99,7 @@ func (w *Worker) execute(p *pending) {
 	}
 	w.processed.Add(1)
 	runtime := time.Since(start)
+	r.runtime = runtime
 	if err != nil && w.isTerminated(t.ID) {
 		w.terminated(sctx, r)
 		return
@@ -115,6 +118,7 @@ func (w *Worker) terminated(ctx context.Context, r *run) {
 			Children: []any{}, DateDone: time.Now().UTC(), ParentID: m.ParentID, GroupID: m.Group}, m.ReplyTo)
 	}
 	w.events.task("task-revoked", map[string]any{"uuid": m.ID, "terminated": true, "signum": int64(15), "expired": false})
+	w.cfg.Observer.TaskFinished(m.Name, OutcomeRevoked, 0)
 	w.settle(ctx, r, settleAck)
 }
 
@@ -184,6 +188,7 @@ func (w *Worker) finish(ctx context.Context, r *run, result any, err error, runt
 		w.succeed(ctx, r, result, runtime)
 	case errors.Is(err, ErrIgnore):
 		r.log.Info("task ignored")
+		w.cfg.Observer.TaskFinished(r.p.m.Name, OutcomeIgnored, runtime)
 		w.settle(ctx, r, settleAck)
 	case errors.As(err, &rej):
 		w.reject(ctx, r, rej)
@@ -250,6 +255,7 @@ func (w *Worker) succeed(ctx context.Context, r *run, result any, runtime time.D
 		w.chordPartReturn(ctx, r, protocol.StateSuccess, result)
 	}
 	r.log.Info("task succeeded", zap.Duration("runtime", runtime))
+	w.cfg.Observer.TaskFinished(m.Name, OutcomeSucceeded, runtime)
 	w.events.task("task-succeeded", map[string]any{"uuid": m.ID, "result": protocol.Repr(result), "runtime": runtime.Seconds()})
 	w.settle(ctx, r, settleAck)
 }
@@ -326,6 +332,11 @@ func (w *Worker) fail(ctx context.Context, r *run, err error, reason string) {
 		zap.String("reason", reason),
 		zap.String("exception", excRepr(ex)),
 		zap.Error(err))
+	outcome := OutcomeFailed
+	if w.deadLetterOnFailure(r.p.opts) && !r.acked {
+		outcome = OutcomeDeadLettered
+	}
+	w.cfg.Observer.TaskFinished(m.Name, outcome, r.runtime)
 	if w.deadLetterOnFailure(r.p.opts) {
 		w.settle(ctx, r, settleDeadLetter, transport.DeadLetterReason{
 			Reason: reason, Error: excRepr(ex), TaskID: m.ID, TaskName: m.Name, Time: time.Now(),
@@ -355,6 +366,11 @@ func (w *Worker) callErrbacks(ctx context.Context, m *protocol.TaskMessage, queu
 }
 
 func (w *Worker) reject(ctx context.Context, r *run, rej *RejectError) {
+	if rej.Requeue {
+		w.cfg.Observer.TaskFinished(r.p.m.Name, OutcomeRejected, r.runtime)
+	} else {
+		w.cfg.Observer.TaskFinished(r.p.m.Name, OutcomeDeadLettered, r.runtime)
+	}
 	w.events.task("task-rejected", map[string]any{"uuid": r.p.m.ID, "requeue": rej.Requeue})
 	if rej.Requeue {
 		r.log.Info("task rejected, requeued", zap.Error(rej.Err))
@@ -439,6 +455,7 @@ func (w *Worker) chordError(ctx context.Context, r *run, body protocol.Signature
 func (w *Worker) revoke(ctx context.Context, d *transport.Delivery, m *protocol.TaskMessage, why string) {
 	log := w.log.With(taskFields(m, d)...)
 	log.Info("task revoked, not running it", zap.String("reason", why))
+	w.cfg.Observer.TaskFinished(m.Name, OutcomeRevoked, 0)
 	w.events.task("task-revoked", map[string]any{"uuid": m.ID, "terminated": false, "signum": nil, "expired": why == "expired"})
 	if w.cfg.Backend != nil {
 		ex := exceptionOf(&revokedError{why: why})
@@ -471,6 +488,7 @@ func (w *Worker) rejectInvalid(ctx context.Context, d *transport.Delivery, cause
 	case errors.Is(cause, protocol.ErrUnsupportedCompression):
 		reason = "compression"
 	}
+	w.cfg.Observer.MessageRejected(reason)
 	w.log.Error("invalid task message, dead-lettering it",
 		zap.String("task_id", id), zap.String("task_name", name), zap.String("queue", d.Queue),
 		zap.String("delivery_tag", d.Tag), zap.String("reason", reason), zap.Error(cause))
@@ -490,6 +508,7 @@ func (w *Worker) rejectInvalid(ctx context.Context, d *transport.Delivery, cause
 // FAILURE (NotRegistered) stored and the message rejected to the
 // dead-letter destination.
 func (w *Worker) rejectUnknown(ctx context.Context, d *transport.Delivery, m *protocol.TaskMessage) {
+	w.cfg.Observer.MessageRejected("not-registered")
 	w.log.Error("received unregistered task, dead-lettering it", append(taskFields(m, d),
 		zap.Strings("registered", w.mux.Names()))...)
 	err := &notRegisteredError{name: m.Name}

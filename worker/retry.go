@@ -83,6 +83,7 @@ func (w *Worker) retryTask(ctx context.Context, r *run, d retry.Decision) {
 		return
 	}
 	w.retried.Add(1)
+	w.cfg.Observer.TaskFinished(m.Name, OutcomeRetried, r.runtime)
 	var ex *protocol.ExceptionInfo
 	var tb string
 	if d.Err != nil {

@@ -336,6 +336,7 @@ func (l *loop) receive(ctx context.Context, d *transport.Delivery) {
 		return
 	}
 	now := time.Now()
+	w.cfg.Observer.TaskReceived(m.Name)
 	w.events.task("task-received", taskReceivedFields(m))
 	if w.revoked.contains(now, m.ID) {
 		l.background(func() { w.revoke(ctx, d, m, "revoked") })
@@ -362,6 +363,7 @@ func (l *loop) advance(ctx context.Context, p *pending, now time.Time) {
 			l.heldETA++
 			l.wantPrefetch()
 			l.hold(p, eta)
+			w.cfg.Observer.TaskWaiting(p.m.Name, WaitETA, eta.Sub(now))
 			w.log.Debug("task held until eta", taskFields(p.m, p.d)...)
 			return
 		}
@@ -371,6 +373,7 @@ func (l *loop) advance(ctx context.Context, p *pending, now time.Time) {
 		if rate := p.opts.rate; !rate.IsZero() {
 			if at := l.rates.reserve(p.m.Name, rate, now); at.After(now) {
 				l.hold(p, at)
+				w.cfg.Observer.TaskWaiting(p.m.Name, WaitRateLimit, at.Sub(now))
 				w.log.Debug("task waits for its rate limit", append(taskFields(p.m, p.d),
 					zap.String("rate_limit", rate.String()), zap.Duration("wait", at.Sub(now)))...)
 				return
@@ -419,6 +422,7 @@ func (l *loop) reserveGlobal(ctx context.Context, p *pending, rate Rate) {
 				return
 			}
 			if wait > 0 {
+				w.cfg.Observer.TaskWaiting(p.m.Name, WaitGlobalRate, wait)
 				w.log.Debug("task waits for its global rate limit", append(taskFields(p.m, p.d),
 					zap.String("key", key), zap.Duration("wait", wait))...)
 				l.hold(p, now.Add(wait))

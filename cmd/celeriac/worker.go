@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -15,7 +18,24 @@ import (
 	"github.com/celeriac/celeriac/examples/demotasks"
 	"github.com/celeriac/celeriac/worker"
 	"github.com/celeriac/celeriac/worker/connect"
+	"github.com/celeriac/celeriac/worker/prommetrics"
 )
+
+// ping checks the broker and result backend connections, for /readyz.
+func ping(ctx context.Context, conn *connect.Conn) error {
+	type pinger interface{ Ping(context.Context) error }
+	if p, ok := conn.Transport.(pinger); ok {
+		if err := p.Ping(ctx); err != nil {
+			return fmt.Errorf("broker: %w", err)
+		}
+	}
+	if p, ok := conn.Backend.(pinger); ok {
+		if err := p.Ping(ctx); err != nil {
+			return fmt.Errorf("result backend: %w", err)
+		}
+	}
+	return nil
+}
 
 type workerFlags struct {
 	queues             string
@@ -37,6 +57,7 @@ type workerFlags struct {
 	visibilityTimeout  float64
 	globalKeyPrefix    string
 	etaTaskLimit       int
+	metricsAddr        string
 }
 
 func newWorkerCmd(g *globalFlags) *cobra.Command {
@@ -76,6 +97,7 @@ A second signal is a cold shutdown.`,
 	fl.Float64Var(&f.visibilityTimeout, "visibility-timeout", 0, "Redis visibility_timeout in seconds (default 3600)")
 	fl.StringVar(&f.globalKeyPrefix, "global-keyprefix", "", "Redis global_keyprefix")
 	fl.IntVar(&f.etaTaskLimit, "eta-task-limit", 0, "worker_eta_task_limit (default 10000)")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :9808)")
 	return cmd
 }
 
@@ -186,9 +208,27 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 
 	mux := worker.NewMux()
 	demotasks.Register(mux)
+	var metrics *prommetrics.Metrics
+	if f.metricsAddr != "" {
+		metrics = prommetrics.New(nil)
+		cfg.Observer = metrics
+	}
 	w, err := worker.New(conn.Transport, mux, cfg)
 	if err != nil {
 		return err
+	}
+	if metrics != nil {
+		metrics.Watch(w)
+		srv := &http.Server{Addr: f.metricsAddr, Handler: metrics.Handler(func(ctx context.Context) error {
+			return ping(ctx, conn)
+		}), ReadHeaderTimeout: 5 * time.Second}
+		ln, err := net.Listen("tcp", f.metricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		g.log.Info("serving metrics", zap.String("addr", ln.Addr().String()))
 	}
 	g.log.Info("celeriac worker starting",
 		zap.String("broker", connect.Redact(o.BrokerURL)),

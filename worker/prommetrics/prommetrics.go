@@ -1,0 +1,157 @@
+// Package prommetrics exposes a celeriac worker's metrics to Prometheus:
+// tasks received, started and finished by task name and outcome, run-time
+// histograms, waits (countdown/ETA and rate limits), messages rejected before
+// any handler ran, and gauges for running, ready and held tasks, prefetch
+// and concurrency. Handler serves /metrics, /healthz and /readyz.
+//
+//	m := prommetrics.New(prometheus.NewRegistry())
+//	w, _ := worker.New(tr, mux, worker.Config{Observer: m})
+//	m.Watch(w)
+//	go http.ListenAndServe(":9808", m.Handler(readyFunc))
+package prommetrics
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/celeriac/celeriac/worker"
+)
+
+const namespace = "celeriac"
+
+// Metrics implements worker.Observer with Prometheus metrics.
+type Metrics struct {
+	reg      *prometheus.Registry
+	received *prometheus.CounterVec
+	started  *prometheus.CounterVec
+	finished *prometheus.CounterVec
+	runtime  *prometheus.HistogramVec
+	waits    *prometheus.CounterVec
+	waitSecs *prometheus.HistogramVec
+	rejected *prometheus.CounterVec
+	gauges   *statsCollector
+}
+
+var _ worker.Observer = (*Metrics)(nil)
+
+// New registers celeriac's metrics on reg (a new registry when nil).
+func New(reg *prometheus.Registry) *Metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := &Metrics{
+		reg: reg,
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "tasks_received_total",
+			Help: "Task messages received, by task name."}, []string{"task"}),
+		started: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "tasks_started_total",
+			Help: "Task runs started, by task name."}, []string{"task"}),
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "tasks_finished_total",
+			Help: "Task runs finished, by task name and outcome (succeeded, failed, retried, rejected, dead-lettered, revoked, ignored)."},
+			[]string{"task", "outcome"}),
+		runtime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "task_runtime_seconds",
+			Help:    "Handler run time, by task name.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}},
+			[]string{"task"}),
+		waits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "task_waits_total",
+			Help: "Tasks that had to wait before starting, by task name and reason (eta, rate-limit, global-rate-limit)."},
+			[]string{"task", "reason"}),
+		waitSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "task_wait_seconds",
+			Help:    "How long tasks were scheduled to wait, by reason.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 4, 10)}, []string{"reason"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "messages_rejected_total",
+			Help: "Messages dead-lettered before any handler ran, by reason (invalid, content-type, too-large, not-registered, ...)."},
+			[]string{"reason"}),
+		gauges: &statsCollector{},
+	}
+	reg.MustRegister(m.received, m.started, m.finished, m.runtime, m.waits, m.waitSecs, m.rejected, m.gauges,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry returns the registry the metrics are registered on.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Watch adds the gauges of w (running, ready, held, prefetch, concurrency).
+func (m *Metrics) Watch(w *worker.Worker) { m.gauges.set(w) }
+
+// TaskReceived implements worker.Observer.
+func (m *Metrics) TaskReceived(name string) { m.received.WithLabelValues(name).Inc() }
+
+// TaskWaiting implements worker.Observer.
+func (m *Metrics) TaskWaiting(name, reason string, d time.Duration) {
+	m.waits.WithLabelValues(name, reason).Inc()
+	m.waitSecs.WithLabelValues(reason).Observe(d.Seconds())
+}
+
+// TaskStarted implements worker.Observer.
+func (m *Metrics) TaskStarted(name string) { m.started.WithLabelValues(name).Inc() }
+
+// TaskFinished implements worker.Observer.
+func (m *Metrics) TaskFinished(name string, o worker.Outcome, runtime time.Duration) {
+	m.finished.WithLabelValues(name, string(o)).Inc()
+	if runtime > 0 {
+		m.runtime.WithLabelValues(name).Observe(runtime.Seconds())
+	}
+}
+
+// MessageRejected implements worker.Observer.
+func (m *Metrics) MessageRejected(reason string) { m.rejected.WithLabelValues(reason).Inc() }
+
+// Handler serves /metrics, /healthz (the process answers) and /readyz
+// (ready reports nil: for a worker, that its broker connection works).
+func (m *Metrics) Handler(ready func(context.Context) error) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if ready != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			defer cancel()
+			if err := ready(ctx); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+// statsCollector reads worker.Stats at scrape time.
+type statsCollector struct {
+	w *worker.Worker
+}
+
+var (
+	descRunning     = prometheus.NewDesc(namespace+"_tasks_running", "Tasks running now.", nil, nil)
+	descReady       = prometheus.NewDesc(namespace+"_tasks_ready", "Tasks received and waiting for a free slot.", nil, nil)
+	descHeldETA     = prometheus.NewDesc(namespace+"_tasks_held_eta", "Countdown/ETA tasks held in memory.", nil, nil)
+	descHeldRate    = prometheus.NewDesc(namespace+"_tasks_held_rate_limit", "Tasks waiting for a rate-limit token.", nil, nil)
+	descPrefetch    = prometheus.NewDesc(namespace+"_prefetch", "Current prefetch bound.", nil, nil)
+	descConcurrency = prometheus.NewDesc(namespace+"_concurrency", "Tasks that may run at once.", nil, nil)
+)
+
+func (c *statsCollector) set(w *worker.Worker) { c.w = w }
+
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRunning, descReady, descHeldETA, descHeldRate, descPrefetch, descConcurrency} {
+		ch <- d
+	}
+}
+
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.w == nil {
+		return
+	}
+	s := c.w.Stats()
+	for d, v := range map[*prometheus.Desc]int{descRunning: s.Running, descReady: s.Ready, descHeldETA: s.HeldETA,
+		descHeldRate: s.HeldRate, descPrefetch: s.Prefetch, descConcurrency: s.Concurrency} {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v))
+	}
+}

@@ -1,0 +1,93 @@
+package prommetrics_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	membackend "github.com/celeriac/celeriac/backend/memory"
+	"github.com/celeriac/celeriac/transport/memory"
+	"github.com/celeriac/celeriac/worker"
+	"github.com/celeriac/celeriac/worker/prommetrics"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestScrapeShowsTheRun(t *testing.T) {
+	tr := memory.New(memory.Config{})
+	defer tr.Close()
+	be := membackend.New()
+	defer be.Close()
+	m := prommetrics.New(nil)
+	mux := worker.NewMux()
+	mux.HandleFunc("tasks.ok", func(ctx context.Context, t *worker.Task) (any, error) { return 1, nil })
+	mux.HandleFunc("tasks.bad", func(ctx context.Context, t *worker.Task) (any, error) {
+		return nil, worker.NewException("ValueError", "x")
+	})
+	w, err := worker.New(tr, mux, worker.Config{Queues: []string{"q"}, Backend: be, Observer: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Watch(w)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	p := worker.NewProducer(tr, worker.ProducerConfig{DefaultQueue: "q"})
+	var ids []string
+	for i := 0; i < 5; i++ {
+		id, _ := p.SendTask(context.Background(), "tasks.ok", nil, nil)
+		ids = append(ids, id)
+	}
+	id, _ := p.SendTask(context.Background(), "tasks.bad", nil, nil)
+	ids = append(ids, id)
+	id, _ = p.SendTask(context.Background(), "tasks.unknown", nil, nil)
+	ids = append(ids, id)
+	for _, id := range ids {
+		wctx, c := context.WithTimeout(context.Background(), 10*time.Second)
+		if _, err := be.Wait(wctx, id); err != nil {
+			t.Fatal(err)
+		}
+		c()
+	}
+	srv := httptest.NewServer(m.Handler(func(context.Context) error { return nil }))
+	defer srv.Close()
+	body := get(t, srv.URL+"/metrics")
+	for _, want := range []string{
+		`celeriac_tasks_finished_total{outcome="succeeded",task="tasks.ok"} 5`,
+		`celeriac_tasks_finished_total{outcome="failed",task="tasks.bad"} 1`,
+		`celeriac_tasks_received_total{task="tasks.ok"} 5`,
+		`celeriac_messages_rejected_total{reason="not-registered"} 1`,
+		`celeriac_task_runtime_seconds_count{task="tasks.ok"} 5`,
+		`celeriac_concurrency `,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+	if got := get(t, srv.URL+"/readyz"); got != "ok\n" {
+		t.Errorf("/readyz = %q", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := srvClient().Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func srvClient() *http.Client { return &http.Client{Timeout: 5 * time.Second} }
