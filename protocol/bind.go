@@ -27,6 +27,7 @@ type BindError struct {
 	Err error
 }
 
+// Error returns "protocol: <path>: <cause>".
 func (e *BindError) Error() string {
 	if e.Path == "" {
 		return "protocol: " + e.Err.Error()

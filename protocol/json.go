@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"math/big"
-	"slices"
 	"strconv"
 	"time"
 	"unicode/utf16"
@@ -76,7 +75,8 @@ func DecodeJSON(data []byte, opts DecodeOptions) (any, error) {
 	if len(data) > opts.maxBodySize() {
 		return nil, fmt.Errorf("%w: json document of %d bytes exceeds %d", ErrTooLarge, len(data), opts.maxBodySize())
 	}
-	d := jsonDecoder{data: data, maxDepth: opts.maxDepth()}
+	var scratch decodeScratch
+	d := jsonDecoder{data: data, maxDepth: opts.maxDepth(), vals: scratch.vals[:0], keys: scratch.keys[:0]}
 	d.skipSpace()
 	v, err := d.value()
 	if err != nil {
@@ -87,6 +87,13 @@ func DecodeJSON(data []byte, opts DecodeOptions) (any, error) {
 		return nil, d.syntaxError("extra data after the value")
 	}
 	return v, nil
+}
+
+// decodeScratch gives the decoders' element stacks a starting capacity
+// that covers typical Celery bodies without growing.
+type decodeScratch struct {
+	vals [16]any
+	keys [8]string
 }
 
 // jsonDecoder is a recursive-descent parser over a byte slice. The
@@ -223,7 +230,7 @@ func (d *jsonDecoder) object() (any, error) {
 		if d.pos >= len(d.data) || d.data[d.pos] != '"' {
 			return nil, d.syntaxError("expected a string key")
 		}
-		k, err := d.rawString()
+		k, err := d.key()
 		if err != nil {
 			return nil, err
 		}
@@ -363,6 +370,26 @@ func (d *jsonDecoder) str() (any, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// key parses an object key, without allocating for the keys Celery's
+// documents repeat in every message.
+func (d *jsonDecoder) key() (string, error) {
+	start := d.pos + 1
+	for i := start; i < len(d.data) && i-start <= maxCommonKeyLen; i++ {
+		c := d.data[i]
+		if c == '"' {
+			if k, ok := commonKey(d.data[start:i]); ok {
+				d.pos = i + 1
+				return k, nil
+			}
+			break
+		}
+		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+			break
+		}
+	}
+	return d.rawString()
 }
 
 // rawString parses the string starting at the opening quote at d.pos.
@@ -640,8 +667,6 @@ func AppendJSON(dst []byte, v any, opts JSONOptions) ([]byte, error) {
 
 type jsonEncoder struct {
 	typed bool
-	// keys is a stack of map keys being sorted, shared by all levels.
-	keys []string
 }
 
 func (e *jsonEncoder) value(b []byte, v any, depth int) ([]byte, error) {
@@ -686,12 +711,8 @@ func (e *jsonEncoder) value(b []byte, v any, depth int) ([]byte, error) {
 		if len(x) == 0 {
 			return append(b, "{}"...), nil
 		}
-		mark := len(e.keys)
-		for k := range x {
-			e.keys = append(e.keys, k)
-		}
-		keys := e.keys[mark:]
-		slices.Sort(keys)
+		var buf [8]string // small maps sort on the stack
+		keys := sortedKeysInto(buf[:0], x)
 		b = append(b, '{')
 		for i, k := range keys {
 			if i > 0 {
@@ -704,8 +725,6 @@ func (e *jsonEncoder) value(b []byte, v any, depth int) ([]byte, error) {
 				return b, err
 			}
 		}
-		clear(keys)
-		e.keys = e.keys[:mark]
 		return append(b, '}'), nil
 	case *big.Int:
 		if x == nil {

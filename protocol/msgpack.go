@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"math/big"
-	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -47,7 +46,8 @@ func DecodeMsgpack(data []byte, opts DecodeOptions) (any, error) {
 	// bytes.Reader is an io.ByteScanner, so the decoder reads it directly,
 	// without a buffer of its own: r.Len() is exactly what is left.
 	dec.Reset(r)
-	d := msgpackDecoder{dec: dec, r: r, data: data, maxDepth: opts.maxDepth()}
+	var scratch decodeScratch
+	d := msgpackDecoder{dec: dec, r: r, data: data, maxDepth: opts.maxDepth(), vals: scratch.vals[:0], keys: scratch.keys[:0]}
 	v, err := d.value()
 	msgpack.PutDecoder(dec)
 	if err != nil {
@@ -169,6 +169,22 @@ func (d *msgpackDecoder) str() (string, error) {
 	return string(raw), nil
 }
 
+// key decodes a str map key, without allocating for the keys Celery's
+// documents repeat in every message.
+func (d *msgpackDecoder) key() (string, error) {
+	raw, err := d.raw()
+	if err != nil {
+		return "", err
+	}
+	if k, ok := commonKey(raw); ok {
+		return k, nil
+	}
+	if !utf8.Valid(raw) {
+		return "", d.errorf("invalid UTF-8 in str")
+	}
+	return string(raw), nil
+}
+
 func (d *msgpackDecoder) enter() error {
 	d.depth++
 	if d.depth > d.maxDepth {
@@ -224,7 +240,7 @@ func (d *msgpackDecoder) object() (any, error) {
 		var k string
 		switch {
 		case msgpcode.IsString(c):
-			k, err = d.str()
+			k, err = d.key()
 		case msgpcode.IsBin(c):
 			var raw []byte
 			if raw, err = d.raw(); err == nil && !utf8.Valid(raw) {
@@ -319,8 +335,7 @@ func AppendMsgpack(dst []byte, v any) ([]byte, error) {
 const pythonNaNBits = 0x7ff8000000000000
 
 type msgpackEncoder struct {
-	enc  *msgpack.Encoder
-	keys []string
+	enc *msgpack.Encoder
 }
 
 func (e *msgpackEncoder) value(v any, depth int) error {
@@ -363,13 +378,8 @@ func (e *msgpackEncoder) value(v any, depth int) error {
 		if err := enc.EncodeMapLen(len(x)); err != nil {
 			return err
 		}
-		mark := len(e.keys)
-		for k := range x {
-			e.keys = append(e.keys, k)
-		}
-		keys := e.keys[mark:]
-		slices.Sort(keys)
-		for _, k := range keys {
+		var buf [8]string // small maps sort on the stack
+		for _, k := range sortedKeysInto(buf[:0], x) {
 			if err := enc.EncodeString(k); err != nil {
 				return err
 			}
@@ -377,8 +387,6 @@ func (e *msgpackEncoder) value(v any, depth int) error {
 				return err
 			}
 		}
-		clear(keys)
-		e.keys = e.keys[:mark]
 		return nil
 	case []byte:
 		return enc.EncodeBytes(x)

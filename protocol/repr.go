@@ -129,12 +129,17 @@ func appendRepr(b []byte, v any, depth int) []byte {
 }
 
 func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
+	return sortedKeysInto(make([]string, 0, len(m)), m)
+}
+
+// sortedKeysInto appends m's keys to buf and sorts them; a caller with a
+// small stack array avoids allocating for small maps.
+func sortedKeysInto(buf []string, m map[string]any) []string {
 	for k := range m {
-		keys = append(keys, k)
+		buf = append(buf, k)
 	}
-	slices.Sort(keys)
-	return keys
+	slices.Sort(buf)
+	return buf
 }
 
 // appendClockArgs writes "h, m[, s[, us]]": Python's time and datetime

@@ -563,3 +563,129 @@ func float32Value(f float32) float64 {
 	v, _ := strconv.ParseFloat(strconv.FormatFloat(float64(f), 'g', -1, 32), 64)
 	return v
 }
+
+// maxCommonKeyLen is the length of the longest key commonKey knows.
+const maxCommonKeyLen = 16
+
+// commonKey returns the keys of Celery's task bodies, signatures,
+// envelopes and result documents as constant strings, so decoders need not
+// allocate a string for each of them in every message.
+func commonKey(b []byte) (string, bool) {
+	switch string(b) { // no allocation: the compiler compares in place
+	case "args":
+		return "args", true
+	case "kwargs":
+		return "kwargs", true
+	case "callbacks":
+		return "callbacks", true
+	case "errbacks":
+		return "errbacks", true
+	case "chain":
+		return "chain", true
+	case "chord":
+		return "chord", true
+	case "task":
+		return "task", true
+	case "options":
+		return "options", true
+	case "subtask_type":
+		return "subtask_type", true
+	case "immutable":
+		return "immutable", true
+	case "task_id":
+		return "task_id", true
+	case "reply_to":
+		return "reply_to", true
+	case "group_id":
+		return "group_id", true
+	case "group_index":
+		return "group_index", true
+	case "root_id":
+		return "root_id", true
+	case "parent_id":
+		return "parent_id", true
+	case "priority":
+		return "priority", true
+	case "queue":
+		return "queue", true
+	case "link":
+		return "link", true
+	case "link_error":
+		return "link_error", true
+	case "chord_size":
+		return "chord_size", true
+	case "status":
+		return "status", true
+	case "result":
+		return "result", true
+	case "traceback":
+		return "traceback", true
+	case "children":
+		return "children", true
+	case "date_done":
+		return "date_done", true
+	case "exc_type":
+		return "exc_type", true
+	case "exc_message":
+		return "exc_message", true
+	case "exc_module":
+		return "exc_module", true
+	case "body":
+		return "body", true
+	case "headers":
+		return "headers", true
+	case "properties":
+		return "properties", true
+	case "content-type":
+		return "content-type", true
+	case "content-encoding":
+		return "content-encoding", true
+	case "correlation_id":
+		return "correlation_id", true
+	case "delivery_mode":
+		return "delivery_mode", true
+	case "delivery_info":
+		return "delivery_info", true
+	case "delivery_tag":
+		return "delivery_tag", true
+	case "body_encoding":
+		return "body_encoding", true
+	case "exchange":
+		return "exchange", true
+	case "routing_key":
+		return "routing_key", true
+	case "lang":
+		return "lang", true
+	case "id":
+		return "id", true
+	case "shadow":
+		return "shadow", true
+	case "eta":
+		return "eta", true
+	case "expires":
+		return "expires", true
+	case "group":
+		return "group", true
+	case "retries":
+		return "retries", true
+	case "timelimit":
+		return "timelimit", true
+	case "argsrepr":
+		return "argsrepr", true
+	case "kwargsrepr":
+		return "kwargsrepr", true
+	case "origin":
+		return "origin", true
+	case "ignore_result":
+		return "ignore_result", true
+	case "__type__":
+		return "__type__", true
+	case "__value__":
+		return "__value__", true
+	case "hex":
+		return "hex", true
+	case "tasks":
+		return "tasks", true
+	}
+	return "", false
+}

@@ -182,7 +182,7 @@ def nested_body():
            "subtask_type": None, "immutable": False}
     return [[{"order": {"id": 12345678901, "lines": [{"sku": "A-%d" % i, "qty": i, "price": i * 1.25,
                                                       "tags": ["red", "big"], "note": None}
-                                                     for i in range(8)]},
+                                                     for i in range(12)]},
               "user": {"name": "Zo\u00eb \u00c5ngstr\u00f6m", "email": "zoe@example.com", "vip": True}}],
             {"retry": 3, "timeout": 30.0},
             {"callbacks": [sig], "errbacks": None, "chain": [sig, sig], "chord": None}]
