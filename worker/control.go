@@ -308,7 +308,7 @@ func (w *Worker) registered() []any {
 func (w *Worker) requestInfo(m *protocol.TaskMessage, d *transport.Delivery, started time.Time, acked, safe bool) map[string]any {
 	var args, kwargs any = m.Args, m.Kwargs
 	if safe {
-		args, kwargs = reprArgs(m.Args), protocol.Repr(m.Kwargs)
+		args, kwargs = protocol.ReprArgs(m.Args), protocol.ReprKwargs(m.Kwargs)
 	}
 	var timeStart any
 	if !started.IsZero() {

@@ -273,10 +273,10 @@ func loadavg() []any {
 func taskReceivedFields(m *protocol.TaskMessage) map[string]any {
 	args, kwargs := m.ArgsRepr, m.KwargsRepr
 	if args == "" {
-		args = reprArgs(m.Args)
+		args = protocol.ReprArgs(m.Args)
 	}
 	if kwargs == "" {
-		kwargs = protocol.Repr(m.Kwargs)
+		kwargs = protocol.ReprKwargs(m.Kwargs)
 	}
 	f := map[string]any{
 		"uuid":      m.ID,

@@ -29,7 +29,7 @@ func (w *Worker) decideRetry(r *run, err error) retry.Decision {
 	if errors.As(d.Err, &mre) {
 		m := r.p.m
 		mre.TaskName, mre.TaskID = m.Name, m.ID
-		mre.Args, mre.Kwargs = reprArgs(m.Args), protocol.Repr(m.Kwargs)
+		mre.Args, mre.Kwargs = protocol.ReprArgs(m.Args), protocol.ReprKwargs(m.Kwargs)
 	}
 	if !d.Retry && d.Err == nil {
 		d.Err = err
@@ -119,22 +119,4 @@ func failReason(d retry.Decision) string {
 		return "permanent"
 	}
 	return "failed"
-}
-
-// reprArgs renders positional args as Python prints a tuple.
-func reprArgs(args []any) string {
-	switch len(args) {
-	case 0:
-		return "()"
-	case 1:
-		return "(" + protocol.Repr(args[0]) + ",)"
-	}
-	s := "("
-	for i, a := range args {
-		if i > 0 {
-			s += ", "
-		}
-		s += protocol.Repr(a)
-	}
-	return s + ")"
 }
