@@ -10,6 +10,25 @@ import (
 	"unicode/utf8"
 )
 
+// DeliveryInfo is the kombu Redis envelope's properties.delivery_info.
+type DeliveryInfo struct {
+	Exchange    string
+	RoutingKey  string
+	Redelivered bool
+}
+
+// Envelope is one item of a kombu Redis list (or a message published on a
+// kombu fanout channel): the message plus the transport fields kombu adds.
+type Envelope struct {
+	Message Message
+	// BodyEncoding is "base64" (kombu's default) or "" for a raw body.
+	BodyEncoding string
+	// DeliveryTag is a UUID4 string chosen by the publisher and kept on
+	// redelivery.
+	DeliveryTag  string
+	DeliveryInfo DeliveryInfo
+}
+
 // Envelope keys and the property keys Envelope and Properties model
 // (kombu/transport/virtual/base.py prepare_message and
 // _inplace_augment_message).
@@ -160,7 +179,7 @@ func envelopeLimit(bodyMax int) int {
 // opts.Accept does not apply (the envelope is always JSON). Malformed
 // input fails with a *DecodeError naming the key.
 func DecodeEnvelope(data []byte, opts DecodeOptions) (*Envelope, error) {
-	limit := bodyLimit(opts)
+	limit := opts.maxBodySize()
 	docOpts := DecodeOptions{MaxBodySize: envelopeLimit(limit), MaxDepth: opts.MaxDepth}
 	if len(data) > docOpts.MaxBodySize {
 		return nil, &DecodeError{Field: "envelope", Err: fmt.Errorf("%w: %d bytes", ErrTooLarge, len(data))}

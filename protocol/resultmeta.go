@@ -30,6 +30,11 @@ const (
 	excModule  = "exc_module"
 )
 
+// ChildTuple is the children entry for one task id: [[id, null], null],
+// what Python's AsyncResult.as_tuple() gives for a task published from
+// inside another one.
+func ChildTuple(id string) any { return []any{[]any{id, nil}, nil} }
+
 // isExceptionState reports whether Celery stores an exception dict as the
 // result of state s (celery.states.EXCEPTION_STATES).
 func isExceptionState(s State) bool {
@@ -259,7 +264,7 @@ func (e *ExceptionInfo) Error() string {
 			text = Repr(e.Message[0])
 		}
 	default:
-		text = argsRepr(e.Message)
+		text = Repr(pyTuple(e.Message))
 	}
 	if text == "" {
 		return name
