@@ -103,7 +103,7 @@ func EncodeEnvelope(e *Envelope) ([]byte, error) {
 		}
 	}
 
-	props := newOrderedObject(ContentTypeJSON, 10+len(p.Extra))
+	props := newOrderedObject(ContentTypeJSON, 256)
 	if p.CorrelationID != "" {
 		props.add(propCorrelationID, p.CorrelationID)
 	}
@@ -124,7 +124,7 @@ func EncodeEnvelope(e *Envelope) ([]byte, error) {
 	if p.Expiration != "" {
 		props.add(propExpiration, p.Expiration)
 	}
-	di := newOrderedObject(ContentTypeJSON, 3)
+	di := newOrderedObject(ContentTypeJSON, 64)
 	di.add("exchange", e.DeliveryInfo.Exchange)
 	di.add("routing_key", e.DeliveryInfo.RoutingKey)
 	if e.DeliveryInfo.Redelivered {
@@ -141,7 +141,7 @@ func EncodeEnvelope(e *Envelope) ([]byte, error) {
 	if headers == nil {
 		headers = map[string]any{}
 	}
-	doc := newOrderedObject(ContentTypeJSON, 5)
+	doc := newOrderedObject(ContentTypeJSON, len(body)+512)
 	doc.add(envBody, body)
 	doc.add(envContentEncoding, nullIfEmpty(m.ContentEncoding))
 	doc.add(envContentType, nullIfEmpty(m.ContentType))

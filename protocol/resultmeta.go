@@ -79,7 +79,7 @@ func EncodeResult(m *ResultMeta, contentType string) ([]byte, error) {
 		dateDone = naiveUTC(m.DateDone)
 	}
 
-	o := newOrderedObject(ct, 14)
+	o := newOrderedObject(ct, 256+len(m.Traceback))
 	o.add(rmStatus, string(m.Status))
 	switch {
 	case exc != nil:
@@ -234,7 +234,7 @@ func (e *ExceptionInfo) object(contentType string) *orderedObject {
 	if msg == nil {
 		msg = []any{}
 	}
-	o := newOrderedObject(contentType, 3)
+	o := newOrderedObject(contentType, 64)
 	o.add(excType, e.Type)
 	o.add(excMessage, msg)
 	o.add(excModule, e.Module)

@@ -615,7 +615,12 @@ func EncodeTask(t *TaskMessage, opts EncodeOptions) (*Message, error) {
 		embed["chord"] = t.Embed.Chord.Value()
 	}
 
-	ct := orDefault(opts.ContentType, ContentTypeJSON)
+	ct := ContentTypeJSON
+	if opts.ContentType != "" {
+		if ct = contentTypeByName(opts.ContentType); ct == "" {
+			return nil, fmt.Errorf("protocol: encode task %s: %w", t.ID, &ContentTypeError{ContentType: opts.ContentType})
+		}
+	}
 	body, err := Marshal(ct, []any{args, kwargs, embed})
 	if err != nil {
 		return nil, fmt.Errorf("protocol: encode task %s: %w", t.ID, err)
