@@ -248,6 +248,9 @@ func decodeV1(m *Message, body map[string]any) (*TaskMessage, error) {
 	// saferepr(kwargs) (no length limit); the body's own values are ignored.
 	t.ArgsRepr = SafeRepr(pyTuple(t.Args), 0)
 	t.KwargsRepr = SafeRepr(t.Kwargs, 0)
+	// The compression header is the message's, not the body's (the body
+	// was decompressed with it); decodeTaskBody has checked its type.
+	t.Compression, _ = m.Headers[hCompression].(string)
 	// Celery nests v1 message headers under request.headers; they are
 	// custom headers, except that a modelled name would be ambiguous (the
 	// body is authoritative in v1), so those are left out.
