@@ -10,6 +10,25 @@ import (
 	"unicode/utf8"
 )
 
+// DeliveryInfo is the kombu Redis envelope's properties.delivery_info.
+type DeliveryInfo struct {
+	Exchange    string
+	RoutingKey  string
+	Redelivered bool
+}
+
+// Envelope is one item of a kombu Redis list (or a message published on a
+// kombu fanout channel): the message plus the transport fields kombu adds.
+type Envelope struct {
+	Message Message
+	// BodyEncoding is "base64" (kombu's default) or "" for a raw body.
+	BodyEncoding string
+	// DeliveryTag is a UUID4 string chosen by the publisher and kept on
+	// redelivery.
+	DeliveryTag  string
+	DeliveryInfo DeliveryInfo
+}
+
 // Envelope keys and the property keys Envelope and Properties model
 // (kombu/transport/virtual/base.py prepare_message and
 // _inplace_augment_message).
@@ -84,7 +103,7 @@ func EncodeEnvelope(e *Envelope) ([]byte, error) {
 		}
 	}
 
-	props := newOrderedObject(ContentTypeJSON, 10+len(p.Extra))
+	props := newOrderedObject(ContentTypeJSON, 256)
 	if p.CorrelationID != "" {
 		props.add(propCorrelationID, p.CorrelationID)
 	}
@@ -105,7 +124,7 @@ func EncodeEnvelope(e *Envelope) ([]byte, error) {
 	if p.Expiration != "" {
 		props.add(propExpiration, p.Expiration)
 	}
-	di := newOrderedObject(ContentTypeJSON, 3)
+	di := newOrderedObject(ContentTypeJSON, 64)
 	di.add("exchange", e.DeliveryInfo.Exchange)
 	di.add("routing_key", e.DeliveryInfo.RoutingKey)
 	if e.DeliveryInfo.Redelivered {
@@ -122,7 +141,7 @@ func EncodeEnvelope(e *Envelope) ([]byte, error) {
 	if headers == nil {
 		headers = map[string]any{}
 	}
-	doc := newOrderedObject(ContentTypeJSON, 5)
+	doc := newOrderedObject(ContentTypeJSON, len(body)+512)
 	doc.add(envBody, body)
 	doc.add(envContentEncoding, nullIfEmpty(m.ContentEncoding))
 	doc.add(envContentType, nullIfEmpty(m.ContentType))
@@ -160,7 +179,7 @@ func envelopeLimit(bodyMax int) int {
 // opts.Accept does not apply (the envelope is always JSON). Malformed
 // input fails with a *DecodeError naming the key.
 func DecodeEnvelope(data []byte, opts DecodeOptions) (*Envelope, error) {
-	limit := bodyLimit(opts)
+	limit := opts.maxBodySize()
 	docOpts := DecodeOptions{MaxBodySize: envelopeLimit(limit), MaxDepth: opts.MaxDepth}
 	if len(data) > docOpts.MaxBodySize {
 		return nil, &DecodeError{Field: "envelope", Err: fmt.Errorf("%w: %d bytes", ErrTooLarge, len(data))}

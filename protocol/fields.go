@@ -11,17 +11,6 @@ import (
 // result meta): typed access to decoded values with *DecodeError on
 // mismatch.
 
-// defaultMaxBodySize is DecodeOptions.MaxBodySize's documented default.
-const defaultMaxBodySize = 64 << 20
-
-// bodyLimit is opts.MaxBodySize with its default applied.
-func bodyLimit(opts DecodeOptions) int {
-	if opts.MaxBodySize <= 0 {
-		return defaultMaxBodySize
-	}
-	return opts.MaxBodySize
-}
-
 // fieldTypeError reports that field holds got where want was expected.
 func fieldTypeError(field, want string, got any) error {
 	return &DecodeError{Field: field, Err: fmt.Errorf("want %s, got %s", want, valueKind(got))}

@@ -30,6 +30,11 @@ const (
 	excModule  = "exc_module"
 )
 
+// ChildTuple is the children entry for one task id: [[id, null], null],
+// what Python's AsyncResult.as_tuple() gives for a task published from
+// inside another one.
+func ChildTuple(id string) any { return []any{[]any{id, nil}, nil} }
+
 // isExceptionState reports whether Celery stores an exception dict as the
 // result of state s (celery.states.EXCEPTION_STATES).
 func isExceptionState(s State) bool {
@@ -74,7 +79,7 @@ func EncodeResult(m *ResultMeta, contentType string) ([]byte, error) {
 		dateDone = naiveUTC(m.DateDone)
 	}
 
-	o := newOrderedObject(ct, 14)
+	o := newOrderedObject(ct, 256+len(m.Traceback))
 	o.add(rmStatus, string(m.Status))
 	switch {
 	case exc != nil:
@@ -229,7 +234,7 @@ func (e *ExceptionInfo) object(contentType string) *orderedObject {
 	if msg == nil {
 		msg = []any{}
 	}
-	o := newOrderedObject(contentType, 3)
+	o := newOrderedObject(contentType, 64)
 	o.add(excType, e.Type)
 	o.add(excMessage, msg)
 	o.add(excModule, e.Module)
@@ -259,7 +264,7 @@ func (e *ExceptionInfo) Error() string {
 			text = Repr(e.Message[0])
 		}
 	default:
-		text = argsRepr(e.Message)
+		text = Repr(pyTuple(e.Message))
 	}
 	if text == "" {
 		return name

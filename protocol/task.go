@@ -96,7 +96,7 @@ func DecodeTask(m *Message, opts DecodeOptions) (*TaskMessage, error) {
 	if m == nil {
 		return nil, &DecodeError{Field: "message", Err: errors.New("nil message")}
 	}
-	if limit := bodyLimit(opts); len(m.Body) > limit {
+	if limit := opts.maxBodySize(); len(m.Body) > limit {
 		return nil, &DecodeError{Field: "body", Err: fmt.Errorf("%w: %d bytes exceed %d", ErrTooLarge, len(m.Body), limit)}
 	}
 	if _, ok := m.Headers[hTask]; ok {
@@ -126,7 +126,7 @@ func decodeTaskBody(m *Message, opts DecodeOptions) (any, error) {
 		}
 		if mime != "" {
 			var err error
-			body, err = Decompress(mime, body, bodyLimit(opts))
+			body, err = Decompress(mime, body, opts.maxBodySize())
 			if err != nil {
 				return nil, &DecodeError{Field: "body", Err: err}
 			}
@@ -245,9 +245,12 @@ func decodeV1(m *Message, body map[string]any) (*TaskMessage, error) {
 		return nil, err
 	}
 	// proto1_to_proto2 replaces argsrepr/kwargsrepr with saferepr(args),
-	// saferepr(kwargs); the body's own values are ignored.
-	t.ArgsRepr = argsRepr(t.Args)
-	t.KwargsRepr = Repr(t.Kwargs)
+	// saferepr(kwargs) (no length limit); the body's own values are ignored.
+	t.ArgsRepr = SafeRepr(pyTuple(t.Args), 0)
+	t.KwargsRepr = SafeRepr(t.Kwargs, 0)
+	// The compression header is the message's, not the body's (the body
+	// was decompressed with it); decodeTaskBody has checked its type.
+	t.Compression, _ = m.Headers[hCompression].(string)
 	// Celery nests v1 message headers under request.headers; they are
 	// custom headers, except that a modelled name would be ambiguous (the
 	// body is authoritative in v1), so those are left out.
@@ -516,6 +519,7 @@ func durationValue(d time.Duration) any {
 //     with null for zero), root_id (default: the id), parent_id, argsrepr
 //     and kwargsrepr (computed with [Repr] when empty), origin and
 //     ignore_result (null when nil: the worker's task default applies).
+//     The computed reprs are Celery's (see [ReprArgs], [ReprKwargs]).
 //     replaced_task_nesting, stamped_headers and stamps are written only
 //     when set; t.Headers are merged at top level and may not repeat a
 //     modelled header;
@@ -578,11 +582,11 @@ func EncodeTask(t *TaskMessage, opts EncodeOptions) (*Message, error) {
 	h[hParentID] = nullIfEmpty(t.ParentID)
 	h[hArgsRepr] = t.ArgsRepr
 	if t.ArgsRepr == "" {
-		h[hArgsRepr] = argsRepr(args)
+		h[hArgsRepr] = ReprArgs(args)
 	}
 	h[hKwargsRepr] = t.KwargsRepr
 	if t.KwargsRepr == "" {
-		h[hKwargsRepr] = Repr(kwargs)
+		h[hKwargsRepr] = ReprKwargs(kwargs)
 	}
 	h[hOrigin] = nullIfEmpty(t.Origin)
 	if t.IgnoreResult != nil {
@@ -614,7 +618,12 @@ func EncodeTask(t *TaskMessage, opts EncodeOptions) (*Message, error) {
 		embed["chord"] = t.Embed.Chord.Value()
 	}
 
-	ct := orDefault(opts.ContentType, ContentTypeJSON)
+	ct := ContentTypeJSON
+	if opts.ContentType != "" {
+		if ct = contentTypeByName(opts.ContentType); ct == "" {
+			return nil, fmt.Errorf("protocol: encode task %s: %w", t.ID, &ContentTypeError{ContentType: opts.ContentType})
+		}
+	}
 	body, err := Marshal(ct, []any{args, kwargs, embed})
 	if err != nil {
 		return nil, fmt.Errorf("protocol: encode task %s: %w", t.ID, err)
@@ -670,22 +679,4 @@ func timeValue(t time.Time) any {
 		return nil
 	}
 	return FormatTime(t)
-}
-
-// argsRepr renders positional arguments as Python's repr of a tuple, as
-// Celery's argsrepr header shows them: "(2, 3)", "(1,)", "()".
-func argsRepr(args []any) string {
-	var b strings.Builder
-	b.WriteByte('(')
-	for i, a := range args {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(Repr(a))
-	}
-	if len(args) == 1 {
-		b.WriteByte(',')
-	}
-	b.WriteByte(')')
-	return b.String()
 }

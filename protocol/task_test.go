@@ -183,6 +183,19 @@ func TestDecodeTask(t *testing.T) {
 			},
 		},
 		{
+			name: "v1 compressed",
+			give: &protocol.Message{
+				ContentType: protocol.ContentTypeJSON, ContentEncoding: "utf-8",
+				Headers: map[string]any{"compression": protocol.CompressionZlib},
+				Body:    zlibBytes(t, []byte(`{"task": "tasks.add", "id": "v1", "args": [], "kwargs": {}}`)),
+			},
+			want: protocol.TaskMessage{
+				Protocol: 1, ID: "v1", Name: "tasks.add", ArgsRepr: "()", KwargsRepr: "{}",
+				Args: []any{}, Kwargs: map[string]any{}, Compression: protocol.CompressionZlib,
+				ContentType: protocol.ContentTypeJSON, ContentEncoding: "utf-8",
+			},
+		},
+		{
 			name: "v1 with taskset, utc=false, timelimit, chord and message headers",
 			give: jsonMsg(map[string]any{"x": "y"}, `{"task": "tasks.add", "id": "v1", "args": [1], "kwargs": {"a": "b"}, "taskset": "ts", "group": "ignored", "utc": false, "eta": "2030-01-01T12:00:00", "timelimit": [10, 5.5], "retries": 1, "errbacks": [`+plainSig+`], "chord": `+plainSig+`, "custom": 1}`),
 			want: protocol.TaskMessage{
