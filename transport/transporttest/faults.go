@@ -52,7 +52,9 @@ type Call struct {
 // A failed Publish publishes nothing. A failed Ack, Reject or DeadLetter
 // leaves the delivery unsettled at the broker, so it can be settled again
 // and is redelivered if its transport closes first. Faults are checked
-// before the operation reaches the wrapped transport.
+// before the operation reaches the wrapped transport, except those set with
+// FailNextAfter, which fail after the broker carried the operation out (a
+// lost confirm).
 //
 // Faulty implements transport.Transport, transport.Admin and
 // transport.DeadLetterStore (the last two fail with errors.ErrUnsupported
@@ -80,8 +82,9 @@ type Faulty struct {
 }
 
 type failCount struct {
-	n   int
-	err error
+	n     int
+	err   error
+	after bool // the operation is carried out before it fails
 }
 
 var (
@@ -120,6 +123,22 @@ func (f *Faulty) FailNext(op Op, n int, err error) {
 		return
 	}
 	f.fail[op] = &failCount{n: n, err: err}
+}
+
+// FailNextAfter makes the next n calls of op reach the wrapped transport and
+// then fail with err (ErrInjected when nil) anyway: the broker applied the
+// operation but its answer was lost, as when a publisher confirm times out
+// after the broker stored the message, or a connection drops right after an
+// ack was sent. A retry then publishes a duplicate, or settles a delivery
+// already settled (ErrAlreadyAcknowledged). It replaces any FailNext count
+// of op; n <= 0 cancels it.
+func (f *Faulty) FailNextAfter(op Op, n int, err error) {
+	f.FailNext(op, n, err)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fc := f.fail[op]; fc != nil {
+		fc.after = true
+	}
 }
 
 // SetFault makes every call of op consult fn (after any FailNext count is
@@ -173,8 +192,9 @@ func (f *Faulty) Paused() bool {
 	return f.resume != nil
 }
 
-// inject counts a call and returns its injected error, if any.
-func (f *Faulty) inject(c Call) error {
+// inject counts a call and returns its injected error, if any, and whether
+// the operation must be carried out before failing with it.
+func (f *Faulty) inject(c Call) (after bool, err error) {
 	f.mu.Lock()
 	f.calls[c.Op]++
 	if fc := f.fail[c.Op]; fc != nil {
@@ -183,16 +203,31 @@ func (f *Faulty) inject(c Call) error {
 			delete(f.fail, c.Op)
 		}
 		f.mu.Unlock()
-		return fmt.Errorf("transporttest: injected %s fault: %w", c.Op, fc.err)
+		return fc.after, fmt.Errorf("transporttest: injected %s fault: %w", c.Op, fc.err)
 	}
 	fn := f.funcs[c.Op]
 	f.mu.Unlock()
 	if fn != nil {
 		if err := fn(c); err != nil {
-			return fmt.Errorf("transporttest: injected %s fault: %w", c.Op, err)
+			return false, fmt.Errorf("transporttest: injected %s fault: %w", c.Op, err)
 		}
 	}
-	return nil
+	return false, nil
+}
+
+// run carries out op unless the fault says otherwise, and returns the
+// fault's error in its place.
+func (f *Faulty) run(c Call, op func() error) error {
+	after, err := f.inject(c)
+	if err == nil {
+		return op()
+	}
+	if after {
+		if opErr := op(); opErr != nil {
+			return opErr
+		}
+	}
+	return err
 }
 
 // waitResume waits out an outage. It returns false if stop, ctx or Close
@@ -220,16 +255,15 @@ func (f *Faulty) waitResume(ctx context.Context, stop <-chan struct{}) bool {
 
 // Publish implements transport.Transport.
 func (f *Faulty) Publish(ctx context.Context, p *transport.Publishing) error {
-	if err := f.inject(Call{Op: OpPublish, Publishing: p}); err != nil {
-		return err
-	}
-	if !f.waitResume(ctx, nil) {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("transporttest: publish during outage: %w", err)
+	return f.run(Call{Op: OpPublish, Publishing: p}, func() error {
+		if !f.waitResume(ctx, nil) {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("transporttest: publish during outage: %w", err)
+			}
+			return transport.ErrClosed
 		}
-		return transport.ErrClosed
-	}
-	return f.inner.Publish(ctx, p)
+		return f.inner.Publish(ctx, p)
+	})
 }
 
 // register records a forwarder so that Close can end it. It reports false
@@ -255,7 +289,7 @@ func (f *Faulty) unregister(fw *forwarder) {
 // a goroutine that holds them during an outage; their acknowledgements go
 // through the fault checks.
 func (f *Faulty) Consume(ctx context.Context, queues []transport.Queue, opts transport.ConsumeOptions) (transport.Consumer, error) {
-	if err := f.inject(Call{Op: OpConsume, Queues: queues}); err != nil {
+	if _, err := f.inject(Call{Op: OpConsume, Queues: queues}); err != nil {
 		return nil, err
 	}
 	inner, err := f.inner.Consume(ctx, queues, opts)
@@ -274,7 +308,7 @@ func (f *Faulty) Consume(ctx context.Context, queues []transport.Queue, opts tra
 // Subscribe implements transport.Transport. Broadcasts are held during an
 // outage like deliveries.
 func (f *Faulty) Subscribe(ctx context.Context, b transport.Broadcast) (transport.Subscription, error) {
-	if err := f.inject(Call{Op: OpSubscribe}); err != nil {
+	if _, err := f.inject(Call{Op: OpSubscribe}); err != nil {
 		return nil, err
 	}
 	inner, err := f.inner.Subscribe(ctx, b)
@@ -500,22 +534,13 @@ type faultyAck struct {
 }
 
 func (a *faultyAck) Ack(ctx context.Context, d *transport.Delivery) error {
-	if err := a.f.inject(Call{Op: OpAck, Delivery: d}); err != nil {
-		return err
-	}
-	return a.inner.Ack(ctx, d)
+	return a.f.run(Call{Op: OpAck, Delivery: d}, func() error { return a.inner.Ack(ctx, d) })
 }
 
 func (a *faultyAck) Reject(ctx context.Context, d *transport.Delivery, requeue bool) error {
-	if err := a.f.inject(Call{Op: OpReject, Delivery: d, Requeue: requeue}); err != nil {
-		return err
-	}
-	return a.inner.Reject(ctx, d, requeue)
+	return a.f.run(Call{Op: OpReject, Delivery: d, Requeue: requeue}, func() error { return a.inner.Reject(ctx, d, requeue) })
 }
 
 func (a *faultyAck) DeadLetter(ctx context.Context, d *transport.Delivery, r transport.DeadLetterReason) error {
-	if err := a.f.inject(Call{Op: OpDeadLetter, Delivery: d, Reason: r}); err != nil {
-		return err
-	}
-	return a.inner.DeadLetter(ctx, d, r)
+	return a.f.run(Call{Op: OpDeadLetter, Delivery: d, Reason: r}, func() error { return a.inner.DeadLetter(ctx, d, r) })
 }

@@ -252,3 +252,34 @@ func TestFaultyConsumeFault(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFaultyFailNextAfter: the broker carries the operation out, the caller
+// sees an error: a retried publish duplicates, a retried ack finds the
+// delivery settled.
+func TestFaultyFailNextAfter(t *testing.T) {
+	ft, c := newFaulty(t)
+	ft.FailNextAfter(transporttest.OpPublish, 1, nil)
+	if err := ft.Publish(t.Context(), pub("dup")); !errors.Is(err, transporttest.ErrInjected) {
+		t.Fatalf("Publish: %v, want ErrInjected", err)
+	}
+	if err := ft.Publish(t.Context(), pub("dup")); err != nil {
+		t.Fatalf("retried Publish: %v", err)
+	}
+	d1, d2 := recv(t, c.Deliveries()), recv(t, c.Deliveries())
+	if d1.Message.Headers["id"] != "dup" || d2.Message.Headers["id"] != "dup" {
+		t.Fatalf("got %v and %v, want the message twice", d1.Message.Headers["id"], d2.Message.Headers["id"])
+	}
+	ft.FailNextAfter(transporttest.OpAck, 1, transport.ErrStaleDelivery)
+	if err := d1.Ack(t.Context()); !errors.Is(err, transport.ErrStaleDelivery) {
+		t.Fatalf("Ack: %v, want the injected ErrStaleDelivery", err)
+	}
+	if err := d1.Ack(t.Context()); !errors.Is(err, transport.ErrAlreadyAcknowledged) {
+		t.Fatalf("retried Ack: %v, want ErrAlreadyAcknowledged: the first one reached the broker", err)
+	}
+	if err := d2.Ack(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := ft.Len(t.Context(), "q"); n != 0 {
+		t.Errorf("Len = %d, want 0", n)
+	}
+}
