@@ -55,6 +55,21 @@
 // adapter can delete what else it declared (on RabbitMQ, the direct
 // exchanges named like the queues).
 //
+// Features by broker, as far as known (the RabbitMQ line was checked
+// against the amqp adapter on a local RabbitMQ):
+//
+//	memory:   Priority: PriorityHigherFirst, RequeueAtHead, ExtraProperties,
+//	          RejectDeadLetters, DeadLetterReason, Topics: TopicAMQP,
+//	          DeadLetterQueueArguments → {"x-dead-letter-exchange": ""}
+//	RabbitMQ: Priority: PriorityHigherFirst with PriorityQueueArguments
+//	          {"x-max-priority": 10}, RequeueAtHead, RejectDeadLetters,
+//	          Topics: TopicAMQP, DeadLetterQueueArguments → declare q+".dlq"
+//	          and return {"x-dead-letter-exchange": "",
+//	          "x-dead-letter-routing-key": q+".dlq"}; Cleanup deletes the
+//	          queues, the ".dlq" queues and the exchanges named like queues
+//	kombu Redis: Priority: PriorityLowerFirstBands, ExtraProperties,
+//	          DeadLetterReason, Topics: TopicPrefix (requeue goes to the tail)
+//
 // Waits poll with Features.Timeout as the bound; only the checks that
 // nothing more arrives wait a fixed Features.Quiet, so a laggy broker makes
 // the suite slower, not flaky. Raise Quiet if a broker is slow to deliver.
