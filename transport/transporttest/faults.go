@@ -49,6 +49,9 @@ type Call struct {
 // function says so, and an outage during which no delivery arrives and
 // publishing waits.
 //
+// DropConnection takes back every delivery handed out and not settled, as a
+// lost connection does.
+//
 // A failed Publish publishes nothing. A failed Ack, Reject or DeadLetter
 // leaves the delivery unsettled at the broker, so it can be settled again
 // and is redelivered if its transport closes first. Faults are checked
@@ -77,6 +80,7 @@ type Faulty struct {
 	resume chan struct{} // nil when not paused; closed by Resume
 	closed bool
 	live   map[*forwarder]struct{} // consumers and subscriptions not yet ended
+	out    map[*faultyAck]struct{} // deliveries handed out and not settled
 	done   chan struct{}
 	wg     sync.WaitGroup
 }
@@ -102,6 +106,7 @@ func NewFaulty(inner transport.Transport) *Faulty {
 		funcs: map[Op]func(Call) error{},
 		calls: map[Op]int{},
 		live:  map[*forwarder]struct{}{},
+		out:   map[*faultyAck]struct{}{},
 		done:  make(chan struct{}),
 	}
 }
@@ -339,6 +344,9 @@ func (f *Faulty) Close() error {
 	}
 	err := f.inner.Close()
 	f.wg.Wait()
+	f.mu.Lock()
+	clear(f.out) // the wrapped transport returned them to the broker
+	f.mu.Unlock()
 	return err
 }
 
@@ -464,7 +472,11 @@ func (fw *forwarder) run() {
 			return
 		}
 		if fw.ack && d.Acknowledger != nil {
-			d.Acknowledger = &faultyAck{f: fw.f, inner: d.Acknowledger}
+			a := &faultyAck{f: fw.f, inner: d.Acknowledger, d: d}
+			d.Acknowledger = a
+			fw.f.mu.Lock()
+			fw.f.out[a] = struct{}{}
+			fw.f.mu.Unlock()
 		}
 		if !fw.f.waitResume(context.Background(), fw.stopCh) {
 			fw.returnRest(d)
@@ -486,9 +498,19 @@ func (fw *forwarder) run() {
 // the broker redelivers them (marked redelivered); broadcasts are dropped.
 func (fw *forwarder) returnRest(held *transport.Delivery) {
 	give := func(d *transport.Delivery) {
-		if fw.ack && d.Acknowledger != nil {
-			_ = d.Reject(context.Background(), true) // a closed transport requeues it itself
+		if !fw.ack || d.Acknowledger == nil {
+			return
 		}
+		// Straight to the wrapped transport: this is no caller's settlement,
+		// so no fault applies. A closed transport requeues it itself.
+		if a, ok := d.Acknowledger.(*faultyAck); ok {
+			fw.f.mu.Lock()
+			delete(fw.f.out, a)
+			fw.f.mu.Unlock()
+			_ = a.inner.Reject(context.Background(), d, true)
+			return
+		}
+		_ = d.Reject(context.Background(), true)
 	}
 	if held != nil {
 		give(held)
@@ -531,16 +553,64 @@ func (s *faultySubscription) Close() error {
 type faultyAck struct {
 	f     *Faulty
 	inner transport.Acknowledger
+	d     *transport.Delivery
+	stale bool // guarded by f.mu: DropConnection took the delivery back
+}
+
+// settle runs one settlement through staleness and the fault checks, and
+// forgets the delivery once the wrapped transport has settled it.
+func (a *faultyAck) settle(c Call, op func() error) error {
+	a.f.mu.Lock()
+	stale := a.stale
+	a.f.mu.Unlock()
+	if stale {
+		a.f.inject(c) // counted like any call
+		return fmt.Errorf("transporttest: %s after DropConnection: %w", c.Op, transport.ErrStaleDelivery)
+	}
+	ran := false
+	err := a.f.run(c, func() error {
+		ran = true
+		return op()
+	})
+	if ran {
+		a.f.mu.Lock()
+		delete(a.f.out, a)
+		a.f.mu.Unlock()
+	}
+	return err
 }
 
 func (a *faultyAck) Ack(ctx context.Context, d *transport.Delivery) error {
-	return a.f.run(Call{Op: OpAck, Delivery: d}, func() error { return a.inner.Ack(ctx, d) })
+	return a.settle(Call{Op: OpAck, Delivery: d}, func() error { return a.inner.Ack(ctx, d) })
 }
 
 func (a *faultyAck) Reject(ctx context.Context, d *transport.Delivery, requeue bool) error {
-	return a.f.run(Call{Op: OpReject, Delivery: d, Requeue: requeue}, func() error { return a.inner.Reject(ctx, d, requeue) })
+	return a.settle(Call{Op: OpReject, Delivery: d, Requeue: requeue}, func() error { return a.inner.Reject(ctx, d, requeue) })
 }
 
 func (a *faultyAck) DeadLetter(ctx context.Context, d *transport.Delivery, r transport.DeadLetterReason) error {
-	return a.f.run(Call{Op: OpDeadLetter, Delivery: d, Reason: r}, func() error { return a.inner.DeadLetter(ctx, d, r) })
+	return a.settle(Call{Op: OpDeadLetter, Delivery: d, Reason: r}, func() error { return a.inner.DeadLetter(ctx, d, r) })
+}
+
+// DropConnection simulates the loss of the connection that carried the
+// deliveries handed out so far, as RabbitMQ sees it: every one not yet
+// settled goes back to its queue (rejected with requeue on the wrapped
+// transport, so it is redelivered marked Redelivered), and settling it
+// afterwards fails with an error matching transport.ErrStaleDelivery, which
+// the caller should log and move on from. Consumers keep consuming, as after
+// a reconnect. It returns how many deliveries were taken back.
+func (f *Faulty) DropConnection(ctx context.Context) int {
+	f.mu.Lock()
+	acks := slices.Collect(maps.Keys(f.out))
+	for _, a := range acks {
+		a.stale = true
+	}
+	clear(f.out)
+	f.mu.Unlock()
+	for _, a := range acks {
+		// A settlement racing with the drop may have won; the broker then
+		// answers ErrAlreadyAcknowledged, which is fine.
+		_ = a.inner.Reject(ctx, a.d, true)
+	}
+	return len(acks)
 }

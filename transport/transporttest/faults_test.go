@@ -283,3 +283,73 @@ func TestFaultyFailNextAfter(t *testing.T) {
 		t.Errorf("Len = %d, want 0", n)
 	}
 }
+
+func TestFaultyDropConnection(t *testing.T) {
+	ft, c := newFaulty(t)
+	for _, id := range []string{"a", "b", "c"} {
+		if err := ft.Publish(t.Context(), pub(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds := []*transport.Delivery{recv(t, c.Deliveries()), recv(t, c.Deliveries()), recv(t, c.Deliveries())}
+	if err := ds[0].Ack(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := ft.DropConnection(t.Context()); n != 2 {
+		t.Fatalf("DropConnection took back %d deliveries, want 2", n)
+	}
+	for _, d := range ds[1:] {
+		if err := d.Ack(t.Context()); !errors.Is(err, transport.ErrStaleDelivery) {
+			t.Errorf("Ack of %v after DropConnection: %v, want ErrStaleDelivery", d.Message.Headers["id"], err)
+		}
+	}
+	got := map[any]bool{}
+	for range 2 {
+		d := recv(t, c.Deliveries())
+		if !d.Redelivered {
+			t.Errorf("%v not marked redelivered", d.Message.Headers["id"])
+		}
+		got[d.Message.Headers["id"]] = true
+		if err := d.Ack(t.Context()); err != nil {
+			t.Fatalf("Ack of the redelivery: %v", err)
+		}
+	}
+	if !got["b"] || !got["c"] {
+		t.Errorf("redelivered %v, want b and c", got)
+	}
+	if n := ft.DropConnection(t.Context()); n != 0 {
+		t.Errorf("second DropConnection took back %d, want 0", n)
+	}
+}
+
+// TestFaultyStopIgnoresFaults: deliveries the forwarder holds when its
+// consumer stops go back to the broker whatever faults are set.
+func TestFaultyStopIgnoresFaults(t *testing.T) {
+	b := memory.NewBroker()
+	ft := transporttest.NewFaulty(memory.New(memory.Config{Broker: b}))
+	defer ft.Close()
+	c, err := ft.Consume(t.Context(), []transport.Queue{{Name: "q"}}, transport.ConsumeOptions{Prefetch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ft.Pause()
+	if err := ft.Unwrap().Publish(t.Context(), pub("held")); err != nil {
+		t.Fatal(err)
+	}
+	for b.Stats().Unacked != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	ft.FailNext(transporttest.OpReject, 5, nil)
+	if err := c.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if s := b.Stats(); s.Ready != 1 || s.Unacked != 0 {
+		t.Errorf("after Stop the broker has %+v; want the held message ready", s)
+	}
+	if n := ft.Calls(transporttest.OpReject); n != 0 {
+		t.Errorf("returning the held delivery counted %d Reject calls", n)
+	}
+	if n := ft.DropConnection(t.Context()); n != 0 {
+		t.Errorf("DropConnection found %d deliveries; the held one was never handed out", n)
+	}
+}
