@@ -28,7 +28,7 @@
 // Each behaviour is a subtest named Group/Name, for example
 // TestConformance/Prefetch/RaiseAndLower; run one with -run. The groups are
 // Publish (round trip of every value type, no aliasing, FIFO, several queues,
-// direct and topic exchanges), Prefetch, Settle (ack, reject with and without
+// direct and topic exchanges, a 1 MiB body, NoConfirm), Prefetch, Settle (ack, reject with and without
 // requeue, settling twice, consumers sharing a queue), DeadLetter (list,
 // replay with and without ResetRetries, purge), Lifecycle (Stop, Close,
 // use after Close), Admin, Priority, Queues (AddQueue, CancelQueue),
@@ -77,8 +77,11 @@
 // # Faults
 //
 // [Faulty] wraps a transport (usually the in-memory one) and fails Publish,
-// Ack, Reject, DeadLetter, Consume or Subscribe on demand, and simulates an
-// outage with Pause and Resume. The worker's tests use it to drive retry,
+// Ack, Reject, DeadLetter, Consume or Subscribe on demand (before the broker
+// acts, or after it, as a lost confirm does: FailNextAfter), simulates an
+// outage with Pause and Resume, and a lost connection with DropConnection
+// (unsettled deliveries come back redelivered, their acknowledgements fail
+// with ErrStaleDelivery). The worker's tests use it to drive retry,
 // acknowledgement and shutdown paths without a broker.
 //
 // transporttest imports transport and protocol, and the standard library
