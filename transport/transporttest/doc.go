@@ -28,7 +28,7 @@
 // Each behaviour is a subtest named Group/Name, for example
 // TestConformance/Prefetch/RaiseAndLower; run one with -run. The groups are
 // Publish (round trip of every value type, no aliasing, FIFO, several queues,
-// direct and topic exchanges), Prefetch, Settle (ack, reject with and without
+// direct and topic exchanges, a 1 MiB body, NoConfirm), Prefetch, Settle (ack, reject with and without
 // requeue, settling twice, consumers sharing a queue), DeadLetter (list,
 // replay with and without ResetRetries, purge), Lifecycle (Stop, Close,
 // use after Close), Admin, Priority, Queues (AddQueue, CancelQueue),
@@ -55,6 +55,21 @@
 // adapter can delete what else it declared (on RabbitMQ, the direct
 // exchanges named like the queues).
 //
+// Features by broker, as far as known (the RabbitMQ line was checked
+// against the amqp adapter on a local RabbitMQ):
+//
+//	memory:   Priority: PriorityHigherFirst, RequeueAtHead, ExtraProperties,
+//	          RejectDeadLetters, DeadLetterReason, Topics: TopicAMQP,
+//	          DeadLetterQueueArguments → {"x-dead-letter-exchange": ""}
+//	RabbitMQ: Priority: PriorityHigherFirst with PriorityQueueArguments
+//	          {"x-max-priority": 10}, RequeueAtHead, RejectDeadLetters,
+//	          Topics: TopicAMQP, DeadLetterQueueArguments → declare q+".dlq"
+//	          and return {"x-dead-letter-exchange": "",
+//	          "x-dead-letter-routing-key": q+".dlq"}; Cleanup deletes the
+//	          queues, the ".dlq" queues and the exchanges named like queues
+//	kombu Redis: Priority: PriorityLowerFirstBands, ExtraProperties,
+//	          DeadLetterReason, Topics: TopicPrefix (requeue goes to the tail)
+//
 // Waits poll with Features.Timeout as the bound; only the checks that
 // nothing more arrives wait a fixed Features.Quiet, so a laggy broker makes
 // the suite slower, not flaky. Raise Quiet if a broker is slow to deliver.
@@ -62,8 +77,11 @@
 // # Faults
 //
 // [Faulty] wraps a transport (usually the in-memory one) and fails Publish,
-// Ack, Reject, DeadLetter, Consume or Subscribe on demand, and simulates an
-// outage with Pause and Resume. The worker's tests use it to drive retry,
+// Ack, Reject, DeadLetter, Consume or Subscribe on demand (before the broker
+// acts, or after it, as a lost confirm does: FailNextAfter), simulates an
+// outage with Pause and Resume, and a lost connection with DropConnection
+// (unsettled deliveries come back redelivered, their acknowledgements fail
+// with ErrStaleDelivery). The worker's tests use it to drive retry,
 // acknowledgement and shutdown paths without a broker.
 //
 // transporttest imports transport and protocol, and the standard library

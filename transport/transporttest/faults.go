@@ -49,10 +49,15 @@ type Call struct {
 // function says so, and an outage during which no delivery arrives and
 // publishing waits.
 //
+// DropConnection takes back every delivery handed out and not settled, as a
+// lost connection does.
+//
 // A failed Publish publishes nothing. A failed Ack, Reject or DeadLetter
 // leaves the delivery unsettled at the broker, so it can be settled again
 // and is redelivered if its transport closes first. Faults are checked
-// before the operation reaches the wrapped transport.
+// before the operation reaches the wrapped transport, except those set with
+// FailNextAfter, which fail after the broker carried the operation out (a
+// lost confirm).
 //
 // Faulty implements transport.Transport, transport.Admin and
 // transport.DeadLetterStore (the last two fail with errors.ErrUnsupported
@@ -75,13 +80,15 @@ type Faulty struct {
 	resume chan struct{} // nil when not paused; closed by Resume
 	closed bool
 	live   map[*forwarder]struct{} // consumers and subscriptions not yet ended
+	out    map[*faultyAck]struct{} // deliveries handed out and not settled
 	done   chan struct{}
 	wg     sync.WaitGroup
 }
 
 type failCount struct {
-	n   int
-	err error
+	n     int
+	err   error
+	after bool // the operation is carried out before it fails
 }
 
 var (
@@ -99,6 +106,7 @@ func NewFaulty(inner transport.Transport) *Faulty {
 		funcs: map[Op]func(Call) error{},
 		calls: map[Op]int{},
 		live:  map[*forwarder]struct{}{},
+		out:   map[*faultyAck]struct{}{},
 		done:  make(chan struct{}),
 	}
 }
@@ -120,6 +128,22 @@ func (f *Faulty) FailNext(op Op, n int, err error) {
 		return
 	}
 	f.fail[op] = &failCount{n: n, err: err}
+}
+
+// FailNextAfter makes the next n calls of op reach the wrapped transport and
+// then fail with err (ErrInjected when nil) anyway: the broker applied the
+// operation but its answer was lost, as when a publisher confirm times out
+// after the broker stored the message, or a connection drops right after an
+// ack was sent. A retry then publishes a duplicate, or settles a delivery
+// already settled (ErrAlreadyAcknowledged). It replaces any FailNext count
+// of op; n <= 0 cancels it.
+func (f *Faulty) FailNextAfter(op Op, n int, err error) {
+	f.FailNext(op, n, err)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fc := f.fail[op]; fc != nil {
+		fc.after = true
+	}
 }
 
 // SetFault makes every call of op consult fn (after any FailNext count is
@@ -173,8 +197,9 @@ func (f *Faulty) Paused() bool {
 	return f.resume != nil
 }
 
-// inject counts a call and returns its injected error, if any.
-func (f *Faulty) inject(c Call) error {
+// inject counts a call and returns its injected error, if any, and whether
+// the operation must be carried out before failing with it.
+func (f *Faulty) inject(c Call) (after bool, err error) {
 	f.mu.Lock()
 	f.calls[c.Op]++
 	if fc := f.fail[c.Op]; fc != nil {
@@ -183,16 +208,31 @@ func (f *Faulty) inject(c Call) error {
 			delete(f.fail, c.Op)
 		}
 		f.mu.Unlock()
-		return fmt.Errorf("transporttest: injected %s fault: %w", c.Op, fc.err)
+		return fc.after, fmt.Errorf("transporttest: injected %s fault: %w", c.Op, fc.err)
 	}
 	fn := f.funcs[c.Op]
 	f.mu.Unlock()
 	if fn != nil {
 		if err := fn(c); err != nil {
-			return fmt.Errorf("transporttest: injected %s fault: %w", c.Op, err)
+			return false, fmt.Errorf("transporttest: injected %s fault: %w", c.Op, err)
 		}
 	}
-	return nil
+	return false, nil
+}
+
+// run carries out op unless the fault says otherwise, and returns the
+// fault's error in its place.
+func (f *Faulty) run(c Call, op func() error) error {
+	after, err := f.inject(c)
+	if err == nil {
+		return op()
+	}
+	if after {
+		if opErr := op(); opErr != nil {
+			return opErr
+		}
+	}
+	return err
 }
 
 // waitResume waits out an outage. It returns false if stop, ctx or Close
@@ -220,16 +260,15 @@ func (f *Faulty) waitResume(ctx context.Context, stop <-chan struct{}) bool {
 
 // Publish implements transport.Transport.
 func (f *Faulty) Publish(ctx context.Context, p *transport.Publishing) error {
-	if err := f.inject(Call{Op: OpPublish, Publishing: p}); err != nil {
-		return err
-	}
-	if !f.waitResume(ctx, nil) {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("transporttest: publish during outage: %w", err)
+	return f.run(Call{Op: OpPublish, Publishing: p}, func() error {
+		if !f.waitResume(ctx, nil) {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("transporttest: publish during outage: %w", err)
+			}
+			return transport.ErrClosed
 		}
-		return transport.ErrClosed
-	}
-	return f.inner.Publish(ctx, p)
+		return f.inner.Publish(ctx, p)
+	})
 }
 
 // register records a forwarder so that Close can end it. It reports false
@@ -255,7 +294,7 @@ func (f *Faulty) unregister(fw *forwarder) {
 // a goroutine that holds them during an outage; their acknowledgements go
 // through the fault checks.
 func (f *Faulty) Consume(ctx context.Context, queues []transport.Queue, opts transport.ConsumeOptions) (transport.Consumer, error) {
-	if err := f.inject(Call{Op: OpConsume, Queues: queues}); err != nil {
+	if _, err := f.inject(Call{Op: OpConsume, Queues: queues}); err != nil {
 		return nil, err
 	}
 	inner, err := f.inner.Consume(ctx, queues, opts)
@@ -274,7 +313,7 @@ func (f *Faulty) Consume(ctx context.Context, queues []transport.Queue, opts tra
 // Subscribe implements transport.Transport. Broadcasts are held during an
 // outage like deliveries.
 func (f *Faulty) Subscribe(ctx context.Context, b transport.Broadcast) (transport.Subscription, error) {
-	if err := f.inject(Call{Op: OpSubscribe}); err != nil {
+	if _, err := f.inject(Call{Op: OpSubscribe}); err != nil {
 		return nil, err
 	}
 	inner, err := f.inner.Subscribe(ctx, b)
@@ -305,6 +344,9 @@ func (f *Faulty) Close() error {
 	}
 	err := f.inner.Close()
 	f.wg.Wait()
+	f.mu.Lock()
+	clear(f.out) // the wrapped transport returned them to the broker
+	f.mu.Unlock()
 	return err
 }
 
@@ -430,7 +472,11 @@ func (fw *forwarder) run() {
 			return
 		}
 		if fw.ack && d.Acknowledger != nil {
-			d.Acknowledger = &faultyAck{f: fw.f, inner: d.Acknowledger}
+			a := &faultyAck{f: fw.f, inner: d.Acknowledger, d: d}
+			d.Acknowledger = a
+			fw.f.mu.Lock()
+			fw.f.out[a] = struct{}{}
+			fw.f.mu.Unlock()
 		}
 		if !fw.f.waitResume(context.Background(), fw.stopCh) {
 			fw.returnRest(d)
@@ -452,9 +498,19 @@ func (fw *forwarder) run() {
 // the broker redelivers them (marked redelivered); broadcasts are dropped.
 func (fw *forwarder) returnRest(held *transport.Delivery) {
 	give := func(d *transport.Delivery) {
-		if fw.ack && d.Acknowledger != nil {
-			_ = d.Reject(context.Background(), true) // a closed transport requeues it itself
+		if !fw.ack || d.Acknowledger == nil {
+			return
 		}
+		// Straight to the wrapped transport: this is no caller's settlement,
+		// so no fault applies. A closed transport requeues it itself.
+		if a, ok := d.Acknowledger.(*faultyAck); ok {
+			fw.f.mu.Lock()
+			delete(fw.f.out, a)
+			fw.f.mu.Unlock()
+			_ = a.inner.Reject(context.Background(), d, true)
+			return
+		}
+		_ = d.Reject(context.Background(), true)
 	}
 	if held != nil {
 		give(held)
@@ -497,25 +553,64 @@ func (s *faultySubscription) Close() error {
 type faultyAck struct {
 	f     *Faulty
 	inner transport.Acknowledger
+	d     *transport.Delivery
+	stale bool // guarded by f.mu: DropConnection took the delivery back
+}
+
+// settle runs one settlement through staleness and the fault checks, and
+// forgets the delivery once the wrapped transport has settled it.
+func (a *faultyAck) settle(c Call, op func() error) error {
+	a.f.mu.Lock()
+	stale := a.stale
+	a.f.mu.Unlock()
+	if stale {
+		a.f.inject(c) // counted like any call
+		return fmt.Errorf("transporttest: %s after DropConnection: %w", c.Op, transport.ErrStaleDelivery)
+	}
+	ran := false
+	err := a.f.run(c, func() error {
+		ran = true
+		return op()
+	})
+	if ran {
+		a.f.mu.Lock()
+		delete(a.f.out, a)
+		a.f.mu.Unlock()
+	}
+	return err
 }
 
 func (a *faultyAck) Ack(ctx context.Context, d *transport.Delivery) error {
-	if err := a.f.inject(Call{Op: OpAck, Delivery: d}); err != nil {
-		return err
-	}
-	return a.inner.Ack(ctx, d)
+	return a.settle(Call{Op: OpAck, Delivery: d}, func() error { return a.inner.Ack(ctx, d) })
 }
 
 func (a *faultyAck) Reject(ctx context.Context, d *transport.Delivery, requeue bool) error {
-	if err := a.f.inject(Call{Op: OpReject, Delivery: d, Requeue: requeue}); err != nil {
-		return err
-	}
-	return a.inner.Reject(ctx, d, requeue)
+	return a.settle(Call{Op: OpReject, Delivery: d, Requeue: requeue}, func() error { return a.inner.Reject(ctx, d, requeue) })
 }
 
 func (a *faultyAck) DeadLetter(ctx context.Context, d *transport.Delivery, r transport.DeadLetterReason) error {
-	if err := a.f.inject(Call{Op: OpDeadLetter, Delivery: d, Reason: r}); err != nil {
-		return err
+	return a.settle(Call{Op: OpDeadLetter, Delivery: d, Reason: r}, func() error { return a.inner.DeadLetter(ctx, d, r) })
+}
+
+// DropConnection simulates the loss of the connection that carried the
+// deliveries handed out so far, as RabbitMQ sees it: every one not yet
+// settled goes back to its queue (rejected with requeue on the wrapped
+// transport, so it is redelivered marked Redelivered), and settling it
+// afterwards fails with an error matching transport.ErrStaleDelivery, which
+// the caller should log and move on from. Consumers keep consuming, as after
+// a reconnect. It returns how many deliveries were taken back.
+func (f *Faulty) DropConnection(ctx context.Context) int {
+	f.mu.Lock()
+	acks := slices.Collect(maps.Keys(f.out))
+	for _, a := range acks {
+		a.stale = true
 	}
-	return a.inner.DeadLetter(ctx, d, r)
+	clear(f.out)
+	f.mu.Unlock()
+	for _, a := range acks {
+		// A settlement racing with the drop may have won; the broker then
+		// answers ErrAlreadyAcknowledged, which is fine.
+		_ = a.inner.Reject(ctx, a.d, true)
+	}
+	return len(acks)
 }

@@ -3,6 +3,7 @@ package transporttest
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/celeriac/celeriac/protocol"
@@ -17,6 +18,8 @@ func publishTests() []testCase {
 		{"SeveralQueues", testSeveralQueues},
 		{"DirectExchange", testDirectExchange},
 		{"TopicExchange", testTopicExchange},
+		{"LargeBody", testLargeBody},
+		{"NoConfirm", testNoConfirm},
 	}
 }
 
@@ -238,5 +241,51 @@ func testTopicExchange(t *testing.T, e *env) {
 	}
 	if len(got[q2]) != 2 {
 		t.Errorf("queue bound with jobs.# got %v, want jobs.a.high and jobs.a.low", got[q2])
+	}
+}
+
+// testLargeBody: a body of several AMQP frames (RabbitMQ's default frame is
+// 128 KiB) and a long header survive.
+func testLargeBody(t *testing.T, e *env) {
+	tr := e.transport()
+	q := e.queue()
+	c := e.consume(tr, 1, transport.Queue{Name: q})
+	want := msg("large-1")
+	want.ContentType = protocol.ContentTypeData
+	want.ContentEncoding = "binary"
+	want.Body = make([]byte, 1<<20+7)
+	x := uint32(2463534242) // xorshift: incompressible, reproducible
+	for i := range want.Body {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		want.Body[i] = byte(x)
+	}
+	want.Headers["argsrepr"] = strings.Repeat("é", 10000)
+	e.publish(tr, q, want)
+	d := e.recv(c)
+	if diff := diffMessage(want, d.Message, nil, false); diff != "" {
+		t.Errorf("large message differs:\n%s", diff)
+	}
+	e.ack(d)
+}
+
+// testNoConfirm: messages published without waiting for the broker's
+// confirmation arrive all the same.
+func testNoConfirm(t *testing.T, e *env) {
+	tr := e.transport()
+	q := e.queue()
+	c := e.consume(tr, 0, transport.Queue{Name: q})
+	const n = 10
+	for i := range n {
+		e.publishTo(tr, &transport.Publishing{RoutingKey: q, Message: msg(fmt.Sprintf("nc-%02d", i)), NoConfirm: true})
+	}
+	seen := map[string]bool{}
+	for _, d := range e.recvN(c, n) {
+		seen[msgID(d.Message)] = true
+		e.ack(d)
+	}
+	if len(seen) != n {
+		t.Errorf("%d distinct messages of %d: %v", len(seen), n, seen)
 	}
 }
