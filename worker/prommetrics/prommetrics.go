@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/celeriac/celeriac/worker"
@@ -68,7 +69,7 @@ func New(reg *prometheus.Registry) *Metrics {
 		gauges: &statsCollector{},
 	}
 	reg.MustRegister(m.received, m.started, m.finished, m.runtime, m.waits, m.waitSecs, m.rejected, m.gauges,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
