@@ -362,7 +362,13 @@ func (l *loop) advance(ctx context.Context, p *pending, now time.Time) {
 			p.eta = true
 			l.heldETA++
 			l.wantPrefetch()
-			l.hold(p, eta)
+			due := eta
+			if exp := p.m.Expires; !exp.IsZero() && exp.Before(eta) {
+				// It will expire before it may run: wake up at the expiry to
+				// report REVOKED then, not at the ETA.
+				due = exp
+			}
+			l.hold(p, due)
 			w.cfg.Observer.TaskWaiting(p.m.Name, WaitETA, eta.Sub(now))
 			w.log.Debug("task held until eta", taskFields(p.m, p.d)...)
 			return
@@ -451,6 +457,14 @@ func (l *loop) promote(now time.Time) {
 			l.heldETA--
 			p.eta = false
 			l.wantPrefetch()
+		}
+		if exp := p.m.Expires; !exp.IsZero() && now.After(exp) {
+			l.background(func() { l.w.revoke(context.Background(), p.d, p.m, "expired") })
+			continue
+		}
+		if l.w.revoked.contains(now, p.m.ID) {
+			l.background(func() { l.w.revoke(context.Background(), p.d, p.m, "revoked") })
+			continue
 		}
 		l.advance(context.Background(), p, now)
 	}

@@ -428,3 +428,18 @@ func TestMuxPanicsOnBadRegistration(t *testing.T) {
 		})
 	}
 }
+
+func TestHeldTaskExpiringBeforeItsETAIsRevokedAtExpiry(t *testing.T) {
+	h := newHarness(t, worker.Config{})
+	var ran atomic.Bool
+	h.mux.HandleFunc("tasks.add", func(ctx context.Context, t *worker.Task) (any, error) {
+		ran.Store(true)
+		return nil, nil
+	})
+	h.start()
+	id := h.send("tasks.add", nil, nil, worker.Countdown(time.Hour), worker.Expires(time.Now().Add(100*time.Millisecond)))
+	m := h.wait(id) // within the harness timeout, far less than the hour of countdown
+	if m.Status != protocol.StateRevoked || exc(t, m).Message[0] != "expired" || ran.Load() {
+		t.Fatalf("got %s %+v (ran=%v)", m.Status, m.Result, ran.Load())
+	}
+}
