@@ -213,7 +213,9 @@ func decodeMember(contentType string, data []byte) (backend.ChordPart, error) {
 	p := backend.ChordPart{TaskID: id, State: protocol.State(state), Result: tup[3]}
 	switch p.State {
 	case protocol.StateFailure, protocol.StateRetry, protocol.StateRevoked:
-		if e, ok := exceptionInfo(tup[3]); ok {
+		// Read like Python's exception_to_python; a result that is not an
+		// exception dict is kept as it is.
+		if e, err := protocol.DecodeException(tup[3]); err == nil {
 			p.Result = e
 		}
 	}
@@ -223,38 +225,10 @@ func decodeMember(contentType string, data []byte) (backend.ChordPart, error) {
 // exceptionValue converts a *protocol.ExceptionInfo into the dict Celery
 // stores; other values pass through.
 func exceptionValue(v any) any {
-	e, ok := v.(*protocol.ExceptionInfo)
-	if !ok || e == nil {
-		return v
+	if e, ok := v.(*protocol.ExceptionInfo); ok && e != nil {
+		return e.Value()
 	}
-	msg := e.Message
-	if msg == nil {
-		msg = []any{}
-	}
-	return map[string]any{"exc_type": e.Type, "exc_message": msg, "exc_module": e.Module}
-}
-
-// exceptionInfo reads Celery's exception dict. exc_message is a list of the
-// exception's args, or a single value in old documents.
-func exceptionInfo(v any) (*protocol.ExceptionInfo, bool) {
-	d, ok := v.(map[string]any)
-	if !ok {
-		return nil, false
-	}
-	typ, ok := d["exc_type"].(string)
-	if !ok {
-		return nil, false
-	}
-	e := &protocol.ExceptionInfo{Type: typ}
-	e.Module, _ = d["exc_module"].(string)
-	switch m := d["exc_message"].(type) {
-	case []any:
-		e.Message = m
-	case nil:
-	default:
-		e.Message = []any{m}
-	}
-	return e, true
+	return v
 }
 
 func secondsDuration(s int64) time.Duration { return time.Duration(s) * time.Second }

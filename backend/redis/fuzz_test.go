@@ -102,7 +102,6 @@ func itoa(i int) string {
 }
 
 func TestDecodeMember(t *testing.T) {
-	zero := []any(nil)
 	tests := []struct {
 		give    string
 		want    backend.ChordPart
@@ -111,7 +110,7 @@ func TestDecodeMember(t *testing.T) {
 		{give: memberSeeds[0], want: backend.ChordPart{TaskID: "813f6e1f-3b0c-4a57-9d3b-0b1c4c1b7c2e", State: protocol.StateSuccess, Result: int64(2)}},
 		{give: memberSeeds[1], want: backend.ChordPart{TaskID: "a1", State: protocol.StateFailure, Result: &protocol.ExceptionInfo{Type: "ValueError", Message: []any{"bad thing"}, Module: "builtins"}}},
 		{give: memberSeeds[2], want: backend.ChordPart{TaskID: "a2", State: protocol.StateRevoked, Result: &protocol.ExceptionInfo{Type: "TaskRevokedError", Message: []any{"old style"}, Module: "celery.exceptions"}}},
-		{give: `[1, "a", "RETRY", {"exc_type": "Retry", "exc_message": null}]`, want: backend.ChordPart{TaskID: "a", State: protocol.StateRetry, Result: &protocol.ExceptionInfo{Type: "Retry", Message: zero}}},
+		{give: `[1, "a", "RETRY", {"exc_type": "Retry", "exc_message": null}]`, want: backend.ChordPart{TaskID: "a", State: protocol.StateRetry, Result: &protocol.ExceptionInfo{Type: "Retry", Message: []any{nil}}}}, // Python: Retry(None)
 		{give: memberSeeds[4], want: backend.ChordPart{TaskID: "a4", State: protocol.StateFailure, Result: "not a dict"}},
 		{give: memberSeeds[5], wantErr: true},
 		{give: memberSeeds[6], wantErr: true},
