@@ -141,7 +141,7 @@ func (b *Backend) Store(ctx context.Context, r backend.StoreRequest) error {
 		// the caller's context.
 		b.commit(ctx, []*storeOp{op})
 	} else {
-		b.submit(op)
+		b.submit(ctx, op)
 	}
 	select {
 	case err := <-op.done:
@@ -210,7 +210,7 @@ type storeOp struct {
 // returns, the leader hands the queue to a new goroutine, which writes all
 // of it (up to MaxBatch per pipeline) and keeps doing so until the queue is
 // empty. The caller that led returns as soon as its own batch is written.
-func (b *Backend) submit(op *storeOp) {
+func (b *Backend) submit(ctx context.Context, op *storeOp) {
 	b.commitMu.Lock()
 	b.pending = append(b.pending, op)
 	if b.leading {
@@ -218,10 +218,12 @@ func (b *Backend) submit(op *storeOp) {
 		return
 	}
 	b.leading = true
+	// The queue was empty (no leader, nothing pending), so the batch is
+	// this caller's store alone and may run under its context.
 	batch := b.takeLocked()
 	b.commitMu.Unlock()
 
-	b.commit(context.Background(), batch)
+	b.commit(ctx, batch)
 
 	b.commitMu.Lock()
 	defer b.commitMu.Unlock()
@@ -258,9 +260,9 @@ func (b *Backend) takeLocked() []*storeOp {
 }
 
 // commit writes a batch and reports each store's outcome to its caller.
-// Leaders pass a background context: a result that reached the queue is
-// written even if its caller gave up (go-redis's timeouts bound the round
-// trip).
+// Batches of queued stores run under a background context: a result that
+// reached the queue is written even if its caller gave up (go-redis's
+// timeouts bound the round trip).
 func (b *Backend) commit(ctx context.Context, batch []*storeOp) {
 	cmds := b.runStores(ctx, batch, false)
 	var retry []int
