@@ -24,6 +24,8 @@ import (
 	"github.com/celeriac/celeriac/backend/rpc"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
+	memtransport "github.com/celeriac/celeriac/transport/memory"
+	"github.com/celeriac/celeriac/worker"
 )
 
 // Python Celery 5.2.6 is the client of celeriac's result backends here. The
@@ -794,4 +796,92 @@ func randInt(n int) (int, error) {
 		return 0, err
 	}
 	return int(v.Int64()), nil
+}
+
+// TestBackendWorkerChordRedis runs a chord of 10 through celeriac's worker
+// (in-memory transport) with the Redis backend, as a Python client would
+// have sent it: header messages with group, group_index and the body in
+// embed.chord, .s set first. Python's AsyncResult.get() on the body id
+// returns the body's result; with one failing header task it raises the
+// ChordError Celery raises.
+func TestBackendWorkerChordRedis(t *testing.T) {
+	for _, failing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failing=%v", failing), func(t *testing.T) {
+			be, _ := newRedisBackend(t, redisbackend.Config{})
+			tr := memtransport.New(memtransport.Config{})
+			defer tr.Close()
+			queue := itID("wq")
+			mux := worker.NewMux()
+			mux.HandleFunc("it_backend.add", func(ctx context.Context, task *worker.Task) (any, error) {
+				var x, y int64
+				if err := task.Bind(&x, &y); err != nil {
+					return nil, err
+				}
+				if failing && x == 7 {
+					return nil, worker.NewException("ValueError", "seven")
+				}
+				return x + y, nil
+			})
+			mux.HandleFunc("it_backend.tsum", func(ctx context.Context, task *worker.Task) (any, error) {
+				var xs []int64
+				if err := task.Bind(&xs); err != nil {
+					return nil, err
+				}
+				var s int64
+				for _, x := range xs {
+					s += x
+				}
+				return s, nil
+			})
+			w, err := worker.New(tr, mux, worker.Config{Queues: []string{queue}, Concurrency: 8, Backend: be})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, stop := context.WithCancel(context.Background())
+			runErr := make(chan error, 1)
+			go func() { runErr <- w.Run(ctx) }()
+			defer func() {
+				stop()
+				if err := <-runErr; err != nil {
+					t.Errorf("worker Run: %v", err)
+				}
+			}()
+
+			gid, bodyID := itID("wchord"), itID("wbody")
+			body := protocol.Signature{Task: "it_backend.tsum", Args: []any{}, Kwargs: map[string]any{},
+				Options: map[string]any{"task_id": bodyID, "queue": queue}}
+			const size = 10
+			if err := be.SetChordSize(t.Context(), gid, size); err != nil {
+				t.Fatal(err)
+			}
+			for i := range size {
+				idx := i
+				id := fmt.Sprintf("%s-%d", gid, i)
+				msg, err := protocol.EncodeTask(&protocol.TaskMessage{
+					ID: id, Name: "it_backend.add", Args: []any{int64(i), int64(i)}, Kwargs: map[string]any{},
+					Group: gid, GroupIndex: &idx, RootID: id, CorrelationID: id, DeliveryMode: 2,
+					Embed: protocol.Embed{Chord: &body},
+				}, protocol.EncodeOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := tr.Publish(t.Context(), &transport.Publishing{RoutingKey: queue, Message: *msg}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := pyCall(t, time.Minute, backendEnv(t, nil), "check_exception", bodyID)[0]
+			if failing {
+				if got["state"] != "FAILURE" || got["raised"] != "ChordError" || !strings.Contains(mustJSON(got["args"]), "seven") {
+					t.Fatalf("python on the chord body: %v, want ChordError naming the failed part", got)
+				}
+				return
+			}
+			if got["state"] != "SUCCESS" || got["raised"] != nil {
+				t.Fatalf("python on the chord body: %v", got)
+			}
+			if v := pyCall(t, time.Minute, backendEnv(t, nil), "chord_wait", bodyID)[0]["value"]; v != float64(90) {
+				t.Fatalf("python .get() on the chord body = %v, want 90", v)
+			}
+		})
+	}
 }

@@ -83,14 +83,16 @@ def check_exception(task_id):
     """Read a failed task as a Python client does."""
     app = make_app()
     res = app.AsyncResult(task_id)
-    out = {"state": res.state, "traceback": res.traceback,
-           "date_done": res.date_done.isoformat() if res.date_done else None}
+    out = {}
     try:
         res.get(timeout=10)
         out["raised"] = None
     except Exception as exc:
         out.update(raised=type(exc).__name__, module=type(exc).__module__,
                    args=[repr(a) for a in exc.args], is_value_error=isinstance(exc, ValueError))
+    # Read after .get(), which waits until the task is ready.
+    out.update(state=res.state, traceback=res.traceback,
+               date_done=res.date_done.isoformat() if res.date_done else None)
     emit(**out)
 
 
