@@ -9,18 +9,11 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
 	"github.com/celeriac/celeriac/backend"
 	"github.com/celeriac/celeriac/protocol"
 )
-
-// ErrComplexHeader is returned, with Ready true and the header results
-// flattened, when the completing part finds celery-taskset-meta-<gid>: the
-// Python client saved the header because it contains groups, whose nested
-// result structure Celery restores by joining the saved GroupResult. The
-// chord's keys are gone, so the caller that received it must settle the
-// chord, for example by failing its body with a ChordError.
-var ErrComplexHeader = errors.New("redis backend: chord header contains groups (nested results are not supported)")
 
 // SetChordSize writes <gid>.s like Celery's client does before it publishes
 // the last header task: SETEX (SET without expiry) of the decimal size, and
@@ -66,8 +59,13 @@ func (b *Backend) SetChordSize(ctx context.Context, groupID string, size int) er
 //
 // A FAILURE or REVOKED part is returned with its *protocol.ExceptionInfo as
 // Result; deciding that the chord failed (Celery's ChordError) is the
-// caller's business. See ErrComplexHeader for the one error that comes with
-// Ready true.
+// caller's business. Once the script completed the chord its keys are gone,
+// so problems found afterwards cannot be retried and are reported as failed
+// parts instead of an error: a part that does not decode, and a header the
+// Python client saved because it contains groups (celery-taskset-meta-<gid>
+// exists; Celery restores the nested result structure from it, which this
+// package does not do). Such a part has State FAILURE and a ChordError
+// exception, so a caller that fails the chord on failed parts settles it.
 func (b *Backend) ChordPartReturn(ctx context.Context, p backend.ChordPart) (backend.ChordResult, error) {
 	if err := ctx.Err(); err != nil {
 		return backend.ChordResult{}, err
@@ -102,56 +100,73 @@ func (b *Backend) ChordPartReturn(ctx context.Context, p backend.ChordPart) (bac
 	if err != nil {
 		return backend.ChordResult{}, fmt.Errorf("redis backend: chord part %s of %s: %w", p.TaskID, p.GroupID, err)
 	}
-	res, complex, err := parseChordReply(b.s.contentType, p.GroupID, reply)
+	res, err := parseChordReply(b.s.contentType, p.GroupID, reply)
 	if err != nil {
-		// The keys may be deleted already: this caller owned the chord.
-		return res, fmt.Errorf("redis backend: chord %s: %w", p.GroupID, err)
+		return backend.ChordResult{}, fmt.Errorf("redis backend: chord %s: %w", p.GroupID, err)
 	}
-	if complex {
-		return res, fmt.Errorf("redis backend: chord %s: %w", p.GroupID, ErrComplexHeader)
+	for _, part := range res.Results {
+		if e, ok := part.Result.(*protocol.ExceptionInfo); ok && part.TaskID == "" && e.Type == "ChordError" {
+			b.s.log.Warn("redis backend: chord completed with a part it cannot use",
+				zap.String("group_id", p.GroupID), zap.Any("error", e.Message))
+		}
 	}
 	return res, nil
 }
 
-// parseChordReply reads the chord script's reply. On a decoding error the
-// result still has Ready set when the script completed the chord.
-func parseChordReply(contentType, groupID string, reply []any) (res backend.ChordResult, complex bool, err error) {
+// parseChordReply reads the chord script's reply. Once the script reports
+// the chord complete, members that do not decode and a complex header
+// become failed parts (see ChordPartReturn); the error is only for a reply
+// of the wrong shape.
+func parseChordReply(contentType, groupID string, reply []any) (backend.ChordResult, error) {
+	var res backend.ChordResult
 	if len(reply) < 2 {
-		return res, false, fmt.Errorf("unexpected chord script reply %v", reply)
+		return res, fmt.Errorf("unexpected chord script reply %v", reply)
 	}
 	if ready, _ := reply[0].(int64); ready != 1 {
-		return res, false, nil
+		return res, nil
+	}
+	var members, scores []any
+	complex := int64(0)
+	if len(reply) == 5 {
+		complex, _ = reply[2].(int64)
+		members, _ = reply[3].([]any)
+		scores, _ = reply[4].([]any)
+	}
+	if len(reply) != 5 || (len(scores) != 0 && len(scores) != len(members)) {
+		// The keys are deleted: the chord can only be failed now.
+		res.Ready = true
+		res.Results = []backend.ChordPart{chordFailure(groupID, "unexpected reply from the chord script")}
+		return res, nil
 	}
 	res.Ready = true
-	if len(reply) != 5 {
-		return res, false, fmt.Errorf("unexpected chord script reply of %d elements", len(reply))
+	res.Results = make([]backend.ChordPart, 0, len(members)+1)
+	if complex == 1 {
+		res.Results = append(res.Results, chordFailure(groupID,
+			"the chord header contains groups; celeriac cannot restore their nested results"))
 	}
-	c, _ := reply[2].(int64)
-	members, ok1 := reply[3].([]any)
-	scores, ok2 := reply[4].([]any)
-	if !ok1 || !ok2 || (len(scores) != 0 && len(scores) != len(members)) {
-		return res, c == 1, errors.New("unexpected chord members in script reply")
-	}
-	res.Results = make([]backend.ChordPart, 0, len(members))
-	var errs []error
 	for i, m := range members {
 		s, _ := m.(string)
 		part, err := decodeMember(contentType, []byte(s))
 		if err != nil {
-			errs = append(errs, fmt.Errorf("part %d: %w", i, err))
-			continue
+			part = chordFailure(groupID, fmt.Sprintf("chord part %d does not decode: %v", i, err))
 		}
 		part.GroupID = groupID
 		if len(scores) > 0 {
 			sc, _ := scores[i].(string)
-			part.GroupIndex, err = parseScore(sc)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("part %s: %w", part.TaskID, err))
+			if idx, err := parseScore(sc); err == nil {
+				part.GroupIndex = idx
 			}
 		}
 		res.Results = append(res.Results, part)
 	}
-	return res, c == 1, errors.Join(errs...)
+	return res, nil
+}
+
+// chordFailure is a synthetic failed part standing for a problem with the
+// chord itself; its TaskID is empty.
+func chordFailure(groupID, msg string) backend.ChordPart {
+	return backend.ChordPart{GroupID: groupID, State: protocol.StateFailure,
+		Result: &protocol.ExceptionInfo{Type: "ChordError", Message: []any{msg}, Module: "celery.exceptions"}}
 }
 
 // parseScore turns a ZRANGE score back into a group index: "inf" for parts
@@ -198,7 +213,9 @@ func decodeMember(contentType string, data []byte) (backend.ChordPart, error) {
 	p := backend.ChordPart{TaskID: id, State: protocol.State(state), Result: tup[3]}
 	switch p.State {
 	case protocol.StateFailure, protocol.StateRetry, protocol.StateRevoked:
-		if e, ok := exceptionInfo(tup[3]); ok {
+		// Read like Python's exception_to_python; a result that is not an
+		// exception dict is kept as it is.
+		if e, err := protocol.DecodeException(tup[3]); err == nil {
 			p.Result = e
 		}
 	}
@@ -208,38 +225,10 @@ func decodeMember(contentType string, data []byte) (backend.ChordPart, error) {
 // exceptionValue converts a *protocol.ExceptionInfo into the dict Celery
 // stores; other values pass through.
 func exceptionValue(v any) any {
-	e, ok := v.(*protocol.ExceptionInfo)
-	if !ok || e == nil {
-		return v
+	if e, ok := v.(*protocol.ExceptionInfo); ok && e != nil {
+		return e.Value()
 	}
-	msg := e.Message
-	if msg == nil {
-		msg = []any{}
-	}
-	return map[string]any{"exc_type": e.Type, "exc_message": msg, "exc_module": e.Module}
-}
-
-// exceptionInfo reads Celery's exception dict. exc_message is a list of the
-// exception's args, or a single value in old documents.
-func exceptionInfo(v any) (*protocol.ExceptionInfo, bool) {
-	d, ok := v.(map[string]any)
-	if !ok {
-		return nil, false
-	}
-	typ, ok := d["exc_type"].(string)
-	if !ok {
-		return nil, false
-	}
-	e := &protocol.ExceptionInfo{Type: typ}
-	e.Module, _ = d["exc_module"].(string)
-	switch m := d["exc_message"].(type) {
-	case []any:
-		e.Message = m
-	case nil:
-	default:
-		e.Message = []any{m}
-	}
-	return e, true
+	return v
 }
 
 func secondsDuration(s int64) time.Duration { return time.Duration(s) * time.Second }

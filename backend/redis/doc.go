@@ -29,9 +29,12 @@
 //
 // # Group commit
 //
-// Concurrent Store calls are written together: one goroutine takes whatever
-// is queued and sends it as one pipeline, so N concurrent writers cost about
-// one round trip instead of N, while a lone Store is sent at once.
+// Concurrent Store calls are written together. A Store that finds no round
+// trip in flight sends its script at once from the caller's goroutine; the
+// stores that arrive meanwhile queue up, and when that round trip returns a
+// goroutine sends all of them as one pipeline, then the next queue, until
+// none is left. N concurrent writers thus cost about one round trip instead
+// of N, and a lone Store pays no hand-off between goroutines.
 //
 //	be, err := redis.New(redis.Config{URL: "redis://127.0.0.1:6379/1"})
 //	if err != nil { ... }

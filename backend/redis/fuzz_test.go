@@ -102,7 +102,6 @@ func itoa(i int) string {
 }
 
 func TestDecodeMember(t *testing.T) {
-	zero := []any(nil)
 	tests := []struct {
 		give    string
 		want    backend.ChordPart
@@ -111,7 +110,7 @@ func TestDecodeMember(t *testing.T) {
 		{give: memberSeeds[0], want: backend.ChordPart{TaskID: "813f6e1f-3b0c-4a57-9d3b-0b1c4c1b7c2e", State: protocol.StateSuccess, Result: int64(2)}},
 		{give: memberSeeds[1], want: backend.ChordPart{TaskID: "a1", State: protocol.StateFailure, Result: &protocol.ExceptionInfo{Type: "ValueError", Message: []any{"bad thing"}, Module: "builtins"}}},
 		{give: memberSeeds[2], want: backend.ChordPart{TaskID: "a2", State: protocol.StateRevoked, Result: &protocol.ExceptionInfo{Type: "TaskRevokedError", Message: []any{"old style"}, Module: "celery.exceptions"}}},
-		{give: `[1, "a", "RETRY", {"exc_type": "Retry", "exc_message": null}]`, want: backend.ChordPart{TaskID: "a", State: protocol.StateRetry, Result: &protocol.ExceptionInfo{Type: "Retry", Message: zero}}},
+		{give: `[1, "a", "RETRY", {"exc_type": "Retry", "exc_message": null}]`, want: backend.ChordPart{TaskID: "a", State: protocol.StateRetry, Result: &protocol.ExceptionInfo{Type: "Retry", Message: []any{nil}}}}, // Python: Retry(None)
 		{give: memberSeeds[4], want: backend.ChordPart{TaskID: "a4", State: protocol.StateFailure, Result: "not a dict"}},
 		{give: memberSeeds[5], wantErr: true},
 		{give: memberSeeds[6], wantErr: true},
@@ -132,28 +131,48 @@ func TestDecodeMember(t *testing.T) {
 }
 
 func TestParseChordReply(t *testing.T) {
+	ok := `[1, "t", "SUCCESS", 1]`
 	tests := []struct {
 		name      string
 		give      []any
 		wantReady bool
-		wantN     int
-		complex   bool
 		wantErr   bool
+		// wantTasks are the task ids of the results; "!" is a synthetic
+		// ChordError part.
+		wantTasks []string
 	}{
 		{name: "incomplete", give: []any{int64(0), int64(3)}},
-		{name: "complete", give: []any{int64(1), int64(1), int64(0), []any{`[1, "t", "SUCCESS", 1]`}, []any{"0"}}, wantReady: true, wantN: 1},
-		{name: "list mode", give: []any{int64(1), int64(2), int64(0), []any{`[1, "t", "SUCCESS", 1]`, `[1, "u", "SUCCESS", 2]`}, []any{}}, wantReady: true, wantN: 2},
-		{name: "complex", give: []any{int64(1), int64(1), int64(1), []any{`[1, "t", "SUCCESS", 1]`}, []any{"inf"}}, wantReady: true, wantN: 1, complex: true},
+		{name: "complete", give: []any{int64(1), int64(1), int64(0), []any{ok}, []any{"0"}}, wantReady: true, wantTasks: []string{"t"}},
+		{name: "list mode", give: []any{int64(1), int64(2), int64(0), []any{ok, `[1, "u", "SUCCESS", 2]`}, []any{}}, wantReady: true, wantTasks: []string{"t", "u"}},
+		{name: "complex header", give: []any{int64(1), int64(1), int64(1), []any{ok}, []any{"inf"}}, wantReady: true, wantTasks: []string{"!", "t"}},
+		{name: "bad member", give: []any{int64(1), int64(2), int64(0), []any{"nope", ok}, []any{"0", "1"}}, wantReady: true, wantTasks: []string{"!", "t"}},
+		{name: "bad score keeps the part", give: []any{int64(1), int64(1), int64(0), []any{ok}, []any{"0.5"}}, wantReady: true, wantTasks: []string{"t"}},
 		{name: "short", give: []any{int64(1)}, wantErr: true},
-		{name: "ready but truncated", give: []any{int64(1), int64(1)}, wantReady: true, wantErr: true},
-		{name: "scores mismatch", give: []any{int64(1), int64(2), int64(0), []any{"a", "b"}, []any{"0"}}, wantReady: true, wantErr: true},
-		{name: "bad score", give: []any{int64(1), int64(1), int64(0), []any{`[1, "t", "SUCCESS", 1]`}, []any{"0.5"}}, wantReady: true, wantN: 1, wantErr: true},
+		{name: "ready but truncated", give: []any{int64(1), int64(1)}, wantReady: true, wantTasks: []string{"!"}},
+		{name: "scores mismatch", give: []any{int64(1), int64(2), int64(0), []any{ok, ok}, []any{"0"}}, wantReady: true, wantTasks: []string{"!"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, complex, err := parseChordReply(protocol.ContentTypeJSON, "g", tt.give)
-			if (err != nil) != tt.wantErr || res.Ready != tt.wantReady || len(res.Results) != tt.wantN || complex != tt.complex {
-				t.Errorf("parseChordReply = %+v, %v, %v", res, complex, err)
+			res, err := parseChordReply(protocol.ContentTypeJSON, "g", tt.give)
+			if (err != nil) != tt.wantErr || res.Ready != tt.wantReady {
+				t.Fatalf("parseChordReply = %+v, %v", res, err)
+			}
+			var tasks []string
+			for _, p := range res.Results {
+				if p.GroupID != "g" {
+					t.Errorf("part without its group id: %+v", p)
+				}
+				if p.TaskID == "" {
+					if e, ok := p.Result.(*protocol.ExceptionInfo); !ok || e.Type != "ChordError" || p.State != protocol.StateFailure {
+						t.Errorf("synthetic part %+v is not a failed ChordError", p)
+					}
+					tasks = append(tasks, "!")
+					continue
+				}
+				tasks = append(tasks, p.TaskID)
+			}
+			if d := cmp.Diff(tt.wantTasks, tasks); d != "" {
+				t.Errorf("parts (-want +got):\n%s", d)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -30,15 +31,18 @@ type Backend struct {
 	chordScript *goredis.Script
 
 	// mu guards closed; inflight counts calls that passed the closed check,
-	// so that Close can wait for them before stopping the committer and the
-	// client.
+	// so that Close can wait for them before closing the client.
 	mu       sync.RWMutex
 	closed   bool
 	inflight sync.WaitGroup
 
-	queue chan *storeOp
-	stop  chan struct{}
-	done  chan struct{}
+	// Group commit state: stores waiting for a round trip, and whether a
+	// leader is committing them. leaders tracks the goroutines started to
+	// take over leadership under load.
+	commitMu sync.Mutex
+	pending  []*storeOp
+	leading  bool
+	leaders  sync.WaitGroup
 }
 
 var (
@@ -46,9 +50,9 @@ var (
 	_ backend.Chords  = (*Backend)(nil)
 )
 
-// New connects to Redis as cfg says and starts the goroutine that commits
-// stores in batches. It does not contact the server: connection errors show
-// up on the first call (use Ping to check early). Close releases it.
+// New connects to Redis as cfg says. It does not contact the server:
+// connection errors show up on the first call (use Ping to check early).
+// Close releases it.
 func New(cfg Config) (*Backend, error) {
 	s, err := cfg.settings()
 	if err != nil {
@@ -58,21 +62,12 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{
+	return &Backend{
 		client:      client,
 		s:           s,
 		storeScript: goredis.NewScript(storeLua),
 		chordScript: goredis.NewScript(chordLua),
-		queue:       make(chan *storeOp, s.maxBatch),
-		stop:        make(chan struct{}),
-		done:        make(chan struct{}),
-	}
-	if s.maxBatch > 1 {
-		go b.commitLoop()
-	} else {
-		close(b.done)
-	}
-	return b, nil
+	}, nil
 }
 
 // Ping checks that the server answers.
@@ -145,15 +140,8 @@ func (b *Backend) Store(ctx context.Context, r backend.StoreRequest) error {
 		// No batching: the caller's goroutine does the round trip, under
 		// the caller's context.
 		b.commit(ctx, []*storeOp{op})
-		if err := <-op.done; err != nil {
-			return fmt.Errorf("redis backend: store %s: %w", m.TaskID, err)
-		}
-		return nil
-	}
-	select {
-	case b.queue <- op:
-	case <-ctx.Done():
-		return ctx.Err()
+	} else {
+		b.submit(ctx, op)
 	}
 	select {
 	case err := <-op.done:
@@ -190,8 +178,8 @@ func (b *Backend) Get(ctx context.Context, taskID string) (*protocol.ResultMeta,
 	return m, nil
 }
 
-// Close waits for calls in progress, stops the committer and closes the
-// connections. Later calls, including Close, return ErrClosed.
+// Close waits for calls in progress and for stores still queued, then
+// closes the connections. Later calls, including Close, return ErrClosed.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -201,8 +189,7 @@ func (b *Backend) Close() error {
 	b.closed = true
 	b.mu.Unlock()
 	b.inflight.Wait()
-	close(b.stop)
-	<-b.done // closed at once when there is no committer
+	b.leaders.Wait()
 	if err := b.client.Close(); err != nil {
 		return fmt.Errorf("redis backend: close: %w", err)
 	}
@@ -213,59 +200,69 @@ func (b *Backend) Close() error {
 type storeOp struct {
 	key   string
 	value []byte
-	done  chan error // buffered: the committer never blocks on a caller that left
+	done  chan error // buffered: a leader never blocks on a caller that left
 }
 
-// commitLoop is the group commit: it takes the first queued store, adds
-// whatever else is already queued (without waiting for more, so an idle
-// backend adds no latency) and writes the batch in one pipeline. While that
-// round trip is in flight, new stores queue up for the next batch.
-func (b *Backend) commitLoop() {
-	defer close(b.done)
-	batch := make([]*storeOp, 0, b.s.maxBatch)
+// submit is the group commit. A store that finds no round trip in progress
+// is written at once by its own goroutine, which thereby becomes the
+// leader: an idle backend adds no hand-off and no latency. Stores that
+// arrive while a leader's round trip is in flight queue up; when it
+// returns, the leader hands the queue to a new goroutine, which writes all
+// of it (up to MaxBatch per pipeline) and keeps doing so until the queue is
+// empty. The caller that led returns as soon as its own batch is written.
+func (b *Backend) submit(ctx context.Context, op *storeOp) {
+	b.commitMu.Lock()
+	b.pending = append(b.pending, op)
+	if b.leading {
+		b.commitMu.Unlock()
+		return
+	}
+	b.leading = true
+	// The queue was empty (no leader, nothing pending), so the batch is
+	// this caller's store alone and may run under its context.
+	batch := b.takeLocked()
+	b.commitMu.Unlock()
+
+	b.commit(ctx, batch)
+
+	b.commitMu.Lock()
+	defer b.commitMu.Unlock()
+	if len(b.pending) == 0 {
+		b.leading = false
+		return
+	}
+	b.leaders.Go(b.lead)
+}
+
+// lead writes queued stores until there are none left.
+func (b *Backend) lead() {
 	for {
-		select {
-		case op := <-b.queue:
-			batch = append(batch[:0], op)
-		fill:
-			for len(batch) < b.s.maxBatch {
-				select {
-				case op := <-b.queue:
-					batch = append(batch, op)
-				default:
-					break fill
-				}
-			}
-			b.commit(context.Background(), batch)
-			clear(batch)
-		case <-b.stop:
-			// Close waited for every caller, so nothing is sent any more;
-			// stores whose callers gave up (ctx) may still be queued, and
-			// they are written as promised.
-			batch = batch[:0]
-			for {
-				select {
-				case op := <-b.queue:
-					batch = append(batch, op)
-					if len(batch) < b.s.maxBatch {
-						continue
-					}
-				default:
-				}
-				if len(batch) == 0 {
-					return
-				}
-				b.commit(context.Background(), batch)
-				batch = batch[:0]
-			}
+		b.commitMu.Lock()
+		if len(b.pending) == 0 {
+			b.leading = false
+			b.commitMu.Unlock()
+			return
 		}
+		batch := b.takeLocked()
+		b.commitMu.Unlock()
+		b.commit(context.Background(), batch)
 	}
 }
 
+// takeLocked removes up to MaxBatch stores from the queue.
+func (b *Backend) takeLocked() []*storeOp {
+	n := min(len(b.pending), b.s.maxBatch)
+	batch := slices.Clone(b.pending[:n])
+	rest := copy(b.pending, b.pending[n:])
+	clear(b.pending[rest:])
+	b.pending = b.pending[:rest]
+	return batch
+}
+
 // commit writes a batch and reports each store's outcome to its caller.
-// The committer passes a background context: a result that reached the
-// queue is written even if its caller gave up (go-redis's timeouts bound the
-// round trip).
+// Batches of queued stores run under a background context: a result that
+// reached the queue is written even if its caller gave up (go-redis's
+// timeouts bound the round trip).
 func (b *Backend) commit(ctx context.Context, batch []*storeOp) {
 	cmds := b.runStores(ctx, batch, false)
 	var retry []int

@@ -173,13 +173,8 @@ func (b *Backend) Close() error {
 // exceptionValue converts a *protocol.ExceptionInfo into the dict Celery
 // sends; other values pass through.
 func exceptionValue(v any) any {
-	e, ok := v.(*protocol.ExceptionInfo)
-	if !ok || e == nil {
-		return v
+	if e, ok := v.(*protocol.ExceptionInfo); ok && e != nil {
+		return e.Value()
 	}
-	msg := e.Message
-	if msg == nil {
-		msg = []any{}
-	}
-	return map[string]any{"exc_type": e.Type, "exc_message": msg, "exc_module": e.Module}
+	return v
 }
