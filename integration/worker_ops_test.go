@@ -298,7 +298,8 @@ deadline = time.time() + 15
 def done():
     w = state.workers.get(node)
     a, b = state.tasks.get(ok.id), state.tasks.get(bad.id)
-    return w is not None and w.alive and a is not None and a.state == "SUCCESS" and b is not None and b.state == "FAILURE"
+    hb = "worker-heartbeat" in seen or "worker-online" in seen
+    return hb and w is not None and w.alive and a is not None and a.state == "SUCCESS" and b is not None and b.state == "FAILURE"
 while time.time() < deadline and not done():
     time.sleep(0.2)
 stop.set()
