@@ -86,8 +86,9 @@ type Config struct {
 	Retry retry.Policy
 
 	// GlobalRateLimiter enforces the global rate limits of tasks registered
-	// with GlobalRateLimit, across every worker that shares it.
-	GlobalRateLimiter GlobalRateLimiter
+	// with GlobalRateLimit, across every worker that shares it (a Redis
+	// token bucket: backend/redis).
+	GlobalRateLimiter backend.RateLimiter
 
 	// TimeLimit and SoftTimeLimit are the default per-task limits
 	// (task_time_limit, task_soft_time_limit); zero means none. The message's

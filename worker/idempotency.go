@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/celeriac/celeriac/backend"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/retry"
 )
@@ -20,44 +21,8 @@ import (
 // later deliveries of the same key get that stored result back without
 // running the handler. A claim is a lease renewed while the handler runs,
 // so when its holder dies the lease expires and the next delivery runs.
-
-// ClaimState is the outcome of IdempotencyStore.Claim.
-type ClaimState int
-
-// Claim states.
-const (
-	// Claimed: the caller holds the key and must run the effect, then
-	// Complete or Release.
-	Claimed ClaimState = iota
-	// Done: the effect already happened; Claim.Result is its stored result.
-	Done
-	// Busy: another live holder is running the effect now.
-	Busy
-)
-
-// Claim is what IdempotencyStore.Claim found.
-type Claim struct {
-	State ClaimState
-	// Result is the stored result (JSON) when State is Done.
-	Result []byte
-	// Retry is how long the current holder's lease still runs, when Busy.
-	Retry time.Duration
-}
-
-// IdempotencyStore keeps idempotency claims and results. Implementations
-// must make Claim atomic across every worker sharing the store.
-type IdempotencyStore interface {
-	// Claim takes key for owner with a lease, unless it is done or held by a
-	// live owner.
-	Claim(ctx context.Context, key, owner string, lease time.Duration) (Claim, error)
-	// Extend renews owner's lease; it fails when owner no longer holds key.
-	Extend(ctx context.Context, key, owner string, lease time.Duration) error
-	// Complete records the result and keeps key done for keep.
-	Complete(ctx context.Context, key, owner string, result []byte, keep time.Duration) error
-	// Release gives key up without a result: the effect did not happen, and a
-	// later delivery (a retry) may claim it.
-	Release(ctx context.Context, key, owner string) error
-}
+// The store is a backend.IdempotencyStore: backend/redis for a fleet,
+// backend/memory for one process.
 
 // ErrDuplicateInProgress: another worker is running the same idempotency
 // key. The duplicate is retried after the holder's lease, without using up
@@ -66,7 +31,7 @@ var ErrDuplicateInProgress = errors.New("worker: same idempotency key in progres
 
 // IdempotencyOptions configure Idempotent.
 type IdempotencyOptions struct {
-	Store IdempotencyStore
+	Store backend.IdempotencyStore
 	// Key derives the idempotency key from the task (for a payment, the
 	// order id). Default: the task id, which retries and redeliveries keep.
 	Key func(*Task) (string, error)
@@ -138,13 +103,13 @@ func Idempotent(o IdempotencyOptions) Middleware {
 				return nil, retry.After(5*time.Second, fmt.Errorf("worker: idempotency claim: %w", err)).WithMaxRetries(1 << 30)
 			}
 			switch c.State {
-			case Done:
+			case backend.Done:
 				v, err := protocol.Unmarshal(protocol.ContentTypeJSON, c.Result, protocol.DecodeOptions{})
 				if err != nil {
 					return nil, fmt.Errorf("worker: idempotency: stored result of %q: %w", full, err)
 				}
 				return v, nil
-			case Busy:
+			case backend.Busy:
 				wait := min(max(c.Retry, time.Millisecond), o.BusyRetry)
 				return nil, retry.After(wait, ErrDuplicateInProgress).WithMaxRetries(1 << 30)
 			}
@@ -191,77 +156,4 @@ func Idempotent(o IdempotencyOptions) Middleware {
 			return result, nil
 		})
 	}
-}
-
-// MemoryIdempotency is an in-process IdempotencyStore, for tests and
-// single-process deployments.
-type MemoryIdempotency struct {
-	mu      sync.Mutex
-	entries map[string]*memIdem
-	now     func() time.Time
-}
-
-type memIdem struct {
-	owner  string
-	done   bool
-	result []byte
-	until  time.Time
-}
-
-// NewMemoryIdempotency returns an empty store.
-func NewMemoryIdempotency() *MemoryIdempotency {
-	return &MemoryIdempotency{entries: map[string]*memIdem{}, now: time.Now}
-}
-
-// Claim implements IdempotencyStore.
-func (s *MemoryIdempotency) Claim(ctx context.Context, key, owner string, lease time.Duration) (Claim, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	e := s.entries[key]
-	if e != nil && now.Before(e.until) {
-		if e.done {
-			return Claim{State: Done, Result: append([]byte(nil), e.result...)}, nil
-		}
-		return Claim{State: Busy, Retry: e.until.Sub(now)}, nil
-	}
-	s.entries[key] = &memIdem{owner: owner, until: now.Add(lease)}
-	return Claim{State: Claimed}, nil
-}
-
-// Extend implements IdempotencyStore.
-func (s *MemoryIdempotency) Extend(ctx context.Context, key, owner string, lease time.Duration) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := s.entries[key]
-	if e == nil || e.done || e.owner != owner {
-		return fmt.Errorf("worker: idempotency key %q is not held by %s", key, owner)
-	}
-	e.until = s.now().Add(lease)
-	return nil
-}
-
-// Complete implements IdempotencyStore.
-func (s *MemoryIdempotency) Complete(ctx context.Context, key, owner string, result []byte, keep time.Duration) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := s.entries[key]
-	if e == nil || e.owner != owner {
-		// The lease ran out and someone else may hold it: still record the
-		// result, the effect happened.
-		e = &memIdem{owner: owner}
-		s.entries[key] = e
-	}
-	e.done, e.result, e.until = true, append([]byte(nil), result...), s.now().Add(keep)
-	return nil
-}
-
-// Release implements IdempotencyStore.
-func (s *MemoryIdempotency) Release(ctx context.Context, key, owner string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e := s.entries[key]; e != nil && !e.done && e.owner == owner {
-		delete(s.entries, key)
-	}
-	return nil
 }

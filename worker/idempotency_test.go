@@ -7,13 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/celeriac/celeriac/backend"
+	membackend "github.com/celeriac/celeriac/backend/memory"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/worker"
 )
 
 func TestIdempotentRunsTheEffectOncePerKey(t *testing.T) {
 	h := newHarness(t, worker.Config{Concurrency: 4})
-	store := worker.NewMemoryIdempotency()
+	store := membackend.NewIdempotency()
 	var charges atomic.Int32
 	var keys sync.Map
 	h.mux.Use(worker.Idempotent(worker.IdempotencyOptions{
@@ -58,39 +60,39 @@ func TestIdempotentRunsTheEffectOncePerKey(t *testing.T) {
 }
 
 func TestIdempotentFailureReleasesTheKey(t *testing.T) {
-	store := worker.NewMemoryIdempotency()
+	store := membackend.NewIdempotency()
 	ctx := context.Background()
 	c, err := store.Claim(ctx, "k", "a", time.Minute)
-	if err != nil || c.State != worker.Claimed {
+	if err != nil || c.State != backend.Claimed {
 		t.Fatalf("first claim: %+v %v", c, err)
 	}
-	if c, _ := store.Claim(ctx, "k", "b", time.Minute); c.State != worker.Busy || c.Retry <= 0 {
+	if c, _ := store.Claim(ctx, "k", "b", time.Minute); c.State != backend.Busy || c.Retry <= 0 {
 		t.Fatalf("second claim while held: %+v", c)
 	}
 	if err := store.Release(ctx, "k", "a"); err != nil {
 		t.Fatal(err)
 	}
-	if c, _ := store.Claim(ctx, "k", "b", time.Minute); c.State != worker.Claimed {
+	if c, _ := store.Claim(ctx, "k", "b", time.Minute); c.State != backend.Claimed {
 		t.Fatalf("claim after release: %+v", c)
 	}
 	if err := store.Complete(ctx, "k", "b", []byte(`{"ok": 1}`), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if c, _ := store.Claim(ctx, "k", "c", time.Minute); c.State != worker.Done || string(c.Result) != `{"ok": 1}` {
+	if c, _ := store.Claim(ctx, "k", "c", time.Minute); c.State != backend.Done || string(c.Result) != `{"ok": 1}` {
 		t.Fatalf("claim after complete: %+v", c)
 	}
 }
 
 func TestIdempotentDeadHolderLeaseExpires(t *testing.T) {
-	store := worker.NewMemoryIdempotency()
+	store := membackend.NewIdempotency()
 	ctx := context.Background()
-	if c, _ := store.Claim(ctx, "k", "dead", 30*time.Millisecond); c.State != worker.Claimed {
+	if c, _ := store.Claim(ctx, "k", "dead", 30*time.Millisecond); c.State != backend.Claimed {
 		t.Fatal("first claim")
 	}
 	// The holder never completes (it was killed); once its lease runs out
 	// the next delivery runs.
 	time.Sleep(60 * time.Millisecond)
-	if c, _ := store.Claim(ctx, "k", "next", time.Minute); c.State != worker.Claimed {
+	if c, _ := store.Claim(ctx, "k", "next", time.Minute); c.State != backend.Claimed {
 		t.Fatalf("claim after the holder's lease: %+v", c)
 	}
 }

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -87,18 +86,6 @@ func (b *localBucket) reserve(now time.Time) time.Time {
 	}
 	b.next = at.Add(b.rate.Interval())
 	return at
-}
-
-// GlobalRateLimiter is a rate limit shared by every worker process: a token
-// bucket kept in Redis (backend/redis implements it). Tasks registered with
-// GlobalRateLimit reserve a token before they start; a task that has to wait
-// is held without a concurrency slot and without using up its retries.
-type GlobalRateLimiter interface {
-	// Reserve takes one token from the bucket named key, refilled at rate
-	// with the given burst, and returns how long the caller must wait before
-	// using it (zero: now). Tokens reserved ahead make later callers wait
-	// longer, so the limit holds across all callers.
-	Reserve(ctx context.Context, key string, rate Rate, burst int) (time.Duration, error)
 }
 
 // rateLimits holds the per-worker buckets, keyed by task name. Remote

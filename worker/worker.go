@@ -412,7 +412,7 @@ func (l *loop) reserveGlobal(ctx context.Context, p *pending, rate Rate) {
 	burst := max(p.opts.GlobalRateBurst, 1)
 	l.awaiting[p] = struct{}{}
 	l.background(func() {
-		wait, err := w.cfg.GlobalRateLimiter.Reserve(ctx, key, rate, burst)
+		wait, err := w.cfg.GlobalRateLimiter.Reserve(ctx, key, rate.N, rate.Per, burst)
 		l.call(func() {
 			if _, ok := l.awaiting[p]; !ok {
 				return // returned to the broker by a shutdown

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	membackend "github.com/celeriac/celeriac/backend/memory"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/retry"
 	"github.com/celeriac/celeriac/transport"
@@ -441,5 +442,38 @@ func TestHeldTaskExpiringBeforeItsETAIsRevokedAtExpiry(t *testing.T) {
 	m := h.wait(id) // within the harness timeout, far less than the hour of countdown
 	if m.Status != protocol.StateRevoked || exc(t, m).Message[0] != "expired" || ran.Load() {
 		t.Fatalf("got %s %+v (ran=%v)", m.Status, m.Result, ran.Load())
+	}
+}
+
+func TestGlobalRateLimitSpacesStartsWithoutHoldingSlots(t *testing.T) {
+	limiter := membackend.NewRateLimiter()
+	h := newHarness(t, worker.Config{Concurrency: 4, GlobalRateLimiter: limiter})
+	var mu sync.Mutex
+	var starts []time.Time
+	h.mux.HandleFunc("sms.send", func(ctx context.Context, t *worker.Task) (any, error) {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		mu.Unlock()
+		return nil, nil
+	}, worker.GlobalRateLimit("20/s", "sms-api", 1))
+	h.mux.HandleFunc("tasks.add", add)
+	h.start()
+	var ids []string
+	for i := 0; i < 10; i++ {
+		ids = append(ids, h.send("sms.send", nil, nil))
+	}
+	// Rate-limited tasks wait without a slot: an unlimited task still runs
+	// at once with all four slots free.
+	if m := h.wait(h.send("tasks.add", []any{int64(1), int64(2)}, nil)); m.Result != int64(3) {
+		t.Fatalf("got %v", m.Result)
+	}
+	for _, id := range ids {
+		h.wait(id)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// 10 starts at 20/s with a burst of 1 take at least 9 intervals of 50ms.
+	if span := starts[len(starts)-1].Sub(starts[0]); span < 9*50*time.Millisecond-20*time.Millisecond {
+		t.Fatalf("10 starts spanned %v, want >= ~450ms at 20/s", span)
 	}
 }
