@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -302,6 +303,24 @@ func TestRedisMixedFleetCeleriacKilled(t *testing.T) {
 	ctx := context.Background()
 	if got := r.raw.HLen(ctx, r.key("unacked")).Val(); got != 10 {
 		t.Fatalf("unacked = %d while celeriac holds 10", got)
+	}
+	// The entries celeriac wrote are byte for byte what kombu writes for the
+	// same message: json.dumps([payload, exchange, routing_key]).
+	vals := r.raw.HVals(ctx, r.key("unacked")).Val()
+	f := t.TempDir() + "/unacked.json"
+	blob, _ := json.Marshal(vals)
+	if err := os.WriteFile(f, blob, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := runPython(t, 30*time.Second, env, `
+import json, sys
+from kombu.utils.json import dumps, loads
+vals = json.load(open(sys.argv[1]))
+bad = [v for v in vals if dumps(loads(v)) != v or loads(v)[1:] != ["", loads(v)[0]["properties"]["delivery_info"]["routing_key"]]]
+print("mismatch", len(bad), bad[:1])
+`, f)
+	if !strings.HasPrefix(out, "mismatch 0 ") {
+		t.Fatalf("unacked entries differ from kombu's: %s", out)
 	}
 	holder.kill()
 	startPythonWorker(t, env, "it_redis_app", "-Q", r.queue, "-P", "solo", "-c", "1",
