@@ -221,6 +221,13 @@ func (c *consumer) release() {
 	c.signal()
 }
 
+// consumes reports whether the queue is still consumed.
+func (c *consumer) consumes(queue string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Contains(c.order, queue)
+}
+
 // rotate moves a queue to the end of the order after a message was taken
 // from it (kombu's round_robin_cycle.rotate).
 func (c *consumer) rotate(queue string) {
@@ -293,10 +300,24 @@ func (c *consumer) run() {
 			continue
 		}
 		c.acquire(len(msgs))
-		hs := make([]*held, len(msgs))
+		hs := make([]*held, 0, len(msgs))
+		var cancelled []*held
 		for i := range msgs {
 			c.rotate(msgs[i].queue)
-			hs[i] = c.t.hold(c, &msgs[i])
+			h := c.t.hold(c, &msgs[i])
+			if c.consumes(h.queue) {
+				hs = append(hs, h)
+			} else {
+				cancelled = append(cancelled, h)
+			}
+		}
+		if len(cancelled) > 0 {
+			// Popped from a queue cancelled meanwhile (kombu defers the
+			// cancel until the read is over): back to the front.
+			c.t.restoreUndelivered(cancelled)
+		}
+		if len(hs) == 0 {
+			continue
 		}
 		select {
 		case batches <- hs:
