@@ -625,6 +625,7 @@ type acker struct {
 	t       *Transport
 	mu      sync.Mutex
 	pending *ackBatch
+	closed  bool // after the final flush: acks are refused
 	kick    chan struct{}
 }
 
@@ -640,6 +641,12 @@ func newAcker(t *Transport) *acker {
 
 func (a *acker) ack(ctx context.Context, tag string) error {
 	a.mu.Lock()
+	if a.closed {
+		// Close raced with this ack: the message stays in unacked and comes
+		// back after the visibility timeout (at least once, never lost).
+		a.mu.Unlock()
+		return transport.ErrClosed
+	}
 	b := a.pending
 	b.tags = append(b.tags, tag)
 	a.mu.Unlock()
@@ -655,9 +662,10 @@ func (a *acker) ack(ctx context.Context, tag string) error {
 	}
 }
 
-func (a *acker) take() *ackBatch {
+func (a *acker) take(final bool) *ackBatch {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.closed = final
 	b := a.pending
 	a.pending = &ackBatch{done: make(chan struct{})}
 	return b
@@ -667,10 +675,10 @@ func (a *acker) run() {
 	for {
 		select {
 		case <-a.kick:
-			a.flush(a.take(), a.t.stop)
+			a.flush(a.take(false), a.t.stop)
 		case <-a.t.stop:
 			// Final flush: acks queued before Close still count.
-			a.flush(a.take(), nil)
+			a.flush(a.take(true), nil)
 			return
 		}
 	}
