@@ -221,6 +221,13 @@ func (c *consumer) release() {
 	c.signal()
 }
 
+// consumes reports whether the queue is still consumed.
+func (c *consumer) consumes(queue string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Contains(c.order, queue)
+}
+
 // rotate moves a queue to the end of the order after a message was taken
 // from it (kombu's round_robin_cycle.rotate).
 func (c *consumer) rotate(queue string) {
@@ -293,10 +300,24 @@ func (c *consumer) run() {
 			continue
 		}
 		c.acquire(len(msgs))
-		hs := make([]*held, len(msgs))
+		hs := make([]*held, 0, len(msgs))
+		var cancelled []*held
 		for i := range msgs {
 			c.rotate(msgs[i].queue)
-			hs[i] = c.t.hold(c, &msgs[i])
+			h := c.t.hold(c, &msgs[i])
+			if c.consumes(h.queue) {
+				hs = append(hs, h)
+			} else {
+				cancelled = append(cancelled, h)
+			}
+		}
+		if len(cancelled) > 0 {
+			// Popped from a queue cancelled meanwhile (kombu defers the
+			// cancel until the read is over): back to the front.
+			c.t.restoreUndelivered(cancelled)
+		}
+		if len(hs) == 0 {
+			continue
 		}
 		select {
 		case batches <- hs:
@@ -604,6 +625,7 @@ type acker struct {
 	t       *Transport
 	mu      sync.Mutex
 	pending *ackBatch
+	closed  bool // after the final flush: acks are refused
 	kick    chan struct{}
 }
 
@@ -619,6 +641,12 @@ func newAcker(t *Transport) *acker {
 
 func (a *acker) ack(ctx context.Context, tag string) error {
 	a.mu.Lock()
+	if a.closed {
+		// Close raced with this ack: the message stays in unacked and comes
+		// back after the visibility timeout (at least once, never lost).
+		a.mu.Unlock()
+		return transport.ErrClosed
+	}
 	b := a.pending
 	b.tags = append(b.tags, tag)
 	a.mu.Unlock()
@@ -634,9 +662,10 @@ func (a *acker) ack(ctx context.Context, tag string) error {
 	}
 }
 
-func (a *acker) take() *ackBatch {
+func (a *acker) take(final bool) *ackBatch {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.closed = final
 	b := a.pending
 	a.pending = &ackBatch{done: make(chan struct{})}
 	return b
@@ -646,10 +675,10 @@ func (a *acker) run() {
 	for {
 		select {
 		case <-a.kick:
-			a.flush(a.take(), a.t.stop)
+			a.flush(a.take(false), a.t.stop)
 		case <-a.t.stop:
 			// Final flush: acks queued before Close still count.
-			a.flush(a.take(), nil)
+			a.flush(a.take(true), nil)
 			return
 		}
 	}

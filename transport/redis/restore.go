@@ -152,11 +152,13 @@ func (t *Transport) Sweep(ctx context.Context) (int, error) {
 		}
 	}()
 	ceil := scoreFloat(time.Now().Add(-t.cfg.VisibilityTimeout))
-	by := &goredis.ZRangeBy{Max: strconv.FormatFloat(ceil, 'f', 6, 64), Min: "0"}
+	// ZREVRANGEBYSCORE as kombu issues it (works before Redis 6.2, unlike
+	// ZRANGE ... REV BYSCORE).
+	args := []any{"ZREVRANGEBYSCORE", t.keys.unackedIndex, strconv.FormatFloat(ceil, 'f', 6, 64), "0"}
 	if t.cfg.UnackedRestoreLimit > 0 {
-		by.Count = int64(t.cfg.UnackedRestoreLimit)
+		args = append(args, "LIMIT", 0, t.cfg.UnackedRestoreLimit)
 	}
-	tags, err := t.rdb.ZRevRangeByScore(ctx, t.keys.unackedIndex, by).Result()
+	tags, err := t.rdb.Do(ctx, args...).StringSlice()
 	if err != nil {
 		return 0, err
 	}

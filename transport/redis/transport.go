@@ -25,11 +25,6 @@ import (
 	"github.com/celeriac/celeriac/transport"
 )
 
-// ErrUnroutable is returned by Publish when a named direct or topic exchange
-// has no binding matching the routing key: kombu silently drops such a
-// message; this transport says so.
-var ErrUnroutable = errors.New("redis: no queue bound for exchange and routing key")
-
 var (
 	_ transport.Transport       = (*Transport)(nil)
 	_ transport.Admin           = (*Transport)(nil)
@@ -259,12 +254,15 @@ func (t *Transport) isFanout(exchange, typ string) bool {
 
 // Publish sends one message as kombu does: the default exchange pushes to
 // the routing key's queue, a direct exchange to every queue bound with the
-// routing key, a topic exchange to every queue whose binding pattern
-// matches, and a fanout exchange (or one of Config.FanoutExchanges) is a
-// PUBLISH on its channel. Task queues get an LPUSH to the list of the
-// message's priority band. The envelope gets a fresh UUID4 delivery tag.
-// It returns ErrUnroutable when a direct or topic exchange has no matching
-// binding, transport.ErrClosed after Close.
+// routing key, and a fanout exchange (or one of Config.FanoutExchanges) is
+// a PUBLISH on its pub/sub channel. A topic exchange does both: an LPUSH to
+// every task queue whose binding pattern matches, and a PUBLISH for the
+// broadcast subscribers, which on Redis are pub/sub patterns (kombu turns
+// Celery's topic event exchange into a fanout on Redis). Task queues get
+// the list of the message's priority band. The envelope gets a fresh UUID4
+// delivery tag. A message no binding matches goes nowhere, as in kombu and
+// AMQP (it is logged at debug level). Publish returns transport.ErrClosed
+// after Close.
 func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error {
 	if t.isClosed() {
 		return transport.ErrClosed
@@ -283,6 +281,7 @@ func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error 
 		return fmt.Errorf("redis: encode envelope: %w", err)
 	}
 	prio := clampPriority(p.Message.Properties.Priority)
+	routed := int64(1)
 	switch {
 	case p.Exchange == "":
 		err = t.rdb.LPush(ctx, t.keys.list(p.RoutingKey, prio), data).Err()
@@ -291,31 +290,30 @@ func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error 
 	case p.ExchangeType == transport.Topic:
 		var queues []string
 		queues, err = t.lookup(ctx, p.Exchange, p.RoutingKey, true)
-		if err == nil && len(queues) == 0 {
-			return fmt.Errorf("%w: %q %q", ErrUnroutable, p.Exchange, p.RoutingKey)
-		}
 		if err == nil {
+			routed = int64(len(queues))
 			_, err = t.rdb.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
 				for _, q := range queues {
 					pipe.LPush(ctx, t.keys.list(q, prio), data)
 				}
+				pipe.Publish(ctx, t.keys.publishChannel(p.Exchange, p.RoutingKey), data)
 				return nil
 			})
 		}
 	default:
-		var n int64
 		suffix := ""
 		if b := t.keys.band(prio); b != 0 {
 			suffix = t.keys.sep + strconv.Itoa(b)
 		}
-		n, err = t.scrPublishDirect.Run(ctx, t.rdb, []string{t.keys.binding(p.Exchange)},
+		routed, err = t.scrPublishDirect.Run(ctx, t.rdb, []string{t.keys.binding(p.Exchange)},
 			p.RoutingKey, t.keys.sep, data, t.keys.prefix, suffix).Int64()
-		if err == nil && n == 0 {
-			return fmt.Errorf("%w: %q %q", ErrUnroutable, p.Exchange, p.RoutingKey)
-		}
 	}
 	if err != nil {
 		return fmt.Errorf("redis: publish: %w", err)
+	}
+	if routed == 0 {
+		t.log.Debug("redis: no queue bound for the routing key; message dropped as kombu does",
+			zap.String("exchange", p.Exchange), zap.String("routing_key", p.RoutingKey))
 	}
 	return nil
 }
@@ -338,8 +336,12 @@ func (t *Transport) lookup(ctx context.Context, exchange, routingKey string, top
 	}
 	var out []string
 	for _, m := range members {
-		rk, _, q, ok := t.keys.splitBinding(m)
+		rk, pattern, q, ok := t.keys.splitBinding(m)
 		if !ok || slices.Contains(out, q) {
+			continue
+		}
+		if topic && pattern == "" {
+			// A fanout binding (a Subscribe queue): served by pub/sub.
 			continue
 		}
 		if (topic && t.topics.match(rk, routingKey)) || (!topic && rk == routingKey) {

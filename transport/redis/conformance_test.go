@@ -1,0 +1,32 @@
+package redis
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/celeriac/celeriac/transport"
+	"github.com/celeriac/celeriac/transport/transporttest"
+)
+
+// TestConformance runs the transport conformance suite on db 10, under a
+// global key prefix of its own.
+func TestConformance(t *testing.T) {
+	e := newEnv(t)
+	transporttest.Run(t, func(tb testing.TB) transport.Transport {
+		cfg := e.config()
+		cfg.Logger = nil
+		tr, err := Dial(context.Background(), cfg)
+		if err != nil {
+			tb.Fatalf("Dial: %v", err)
+		}
+		return tr
+	}, transporttest.Features{
+		QueuePrefix:      "rt_",
+		Priority:         transporttest.PriorityLowerFirstBands,
+		ExtraProperties:  true,
+		DeadLetterReason: true,
+		Topics:           transporttest.TopicPrefix,
+		Quiet:            300 * time.Millisecond,
+	})
+}
