@@ -46,7 +46,11 @@ const (
 	// QoSGlobal always sets global=true.
 	QoSGlobal
 	// QoSPerConsumer always sets global=false: every queue gets its own
-	// prefetch window.
+	// prefetch window. A message rejected with requeue is then always
+	// delivered again before the messages behind it; with global QoS
+	// RabbitMQ (3.10) sometimes frees the prefetch slot before the message
+	// is back and delivers the next one first. SetPrefetch costs a
+	// re-consume in this mode (see consumer SetPrefetch).
 	QoSPerConsumer
 )
 

@@ -271,7 +271,9 @@ func TestPublishChannelError(t *testing.T) {
 }
 
 func TestConsumerFailsForGood(t *testing.T) {
-	h := newHarness(t, Config{StrictTopology: true})
+	broker := transporttest.AMQPURL(t)
+	p := newProxy(t, broker, nil)
+	h := newHarness(t, Config{URL: p.url(broker, "amqp"), StrictTopology: true})
 	a := newAdmin(t)
 	q := h.q("changed")
 	a.cleanup([]string{q}, []string{q})
@@ -280,12 +282,15 @@ func TestConsumerFailsForGood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Someone recreates the queue with other arguments, then the
-	// connection drops: the redeclaration is refused, which retrying will
-	// not fix.
+	// While the broker is unreachable someone recreates the queue with
+	// other arguments; when it is back, the redeclaration is refused,
+	// which retrying will not fix.
+	p.refuse(true)
+	p.drop()
+	a.waitConsumers(ctx, q, 0)
 	a.must(func(ch *amqp091.Channel) error { _, err := ch.QueueDelete(q, false, false, false); return err })
 	a.declare(q, amqp091.Table{"x-max-priority": int32(5)})
-	h.kill("consumer")
+	p.refuse(false)
 	for range c.Deliveries() {
 		t.Error("unexpected delivery")
 	}
@@ -295,5 +300,38 @@ func TestConsumerFailsForGood(t *testing.T) {
 	}
 	if err := c.Stop(ctx); err != nil {
 		t.Errorf("Stop after failure = %v", err)
+	}
+}
+
+func TestRequeueAtHeadPerConsumer(t *testing.T) {
+	h := newHarness(t, Config{QoS: QoSPerConsumer})
+	a := newAdmin(t)
+	q := h.q("head")
+	a.cleanup([]string{q}, []string{q})
+	ctx := testCtx(t)
+	a.declare(q, nil)
+	for round := range 20 {
+		for i := range 3 {
+			a.publishRaw("", q, amqpPublishing(strconv.Itoa(i)))
+		}
+		c, err := h.tr.Consume(ctx, []transport.Queue{{Name: q}}, transport.ConsumeOptions{Prefetch: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := recv(t, c.Deliveries()).Reject(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		var got []any
+		for range 3 {
+			d := recv(t, c.Deliveries())
+			got = append(got, d.Message.Headers["id"])
+			_ = d.Ack(ctx)
+		}
+		if got[0] != "0" {
+			t.Errorf("round %d: order after requeueing 0 is %v", round, got)
+		}
+		if err := c.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
