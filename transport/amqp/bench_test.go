@@ -3,7 +3,9 @@ package amqp
 import (
 	"context"
 	"strconv"
+	"syscall"
 	"testing"
+	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
@@ -96,6 +98,100 @@ func BenchmarkConsumeAck(b *testing.B) {
 		b.StopTimer()
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
 	})
+}
+
+// BenchmarkConsumeAckPaired measures both consumers within each benchmark
+// run, in the order celeriac, amqp091, amqp091, celeriac (half of b.N
+// messages each time), so that load drifting on a shared machine affects
+// both alike. It reports each side's rate and their ratio:
+//
+//	go test -run '^$' -bench ConsumeAckPaired -benchtime 20000x -count 5 ./transport/amqp
+func BenchmarkConsumeAckPaired(b *testing.B) {
+	h := newHarness(b, Config{})
+	a := newAdmin(b)
+	half := max(b.N/2, 1)
+	var queues [4]string
+	for i := range queues {
+		queues[i] = h.q("paired" + strconv.Itoa(i))
+		a.cleanup([]string{queues[i]}, []string{queues[i]})
+		a.declare(queues[i], nil)
+		preload(b, queues[i], half)
+	}
+	conn, err := amqp091.Dial(transporttest.AMQPURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := context.Background()
+	var celeriac, bare, celeriacCPU, bareCPU time.Duration
+	b.ResetTimer()
+	for i, q := range queues {
+		start, startCPU := time.Now(), cpuTime(b)
+		if i == 0 || i == 3 {
+			c, err := h.tr.Consume(ctx, []transport.Queue{{Name: q}}, transport.ConsumeOptions{Prefetch: 256})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for range half {
+				d := <-c.Deliveries()
+				task, _ := d.Message.Headers["task"].(string)
+				id, _ := d.Message.Headers["id"].(string)
+				if task == "" || id == "" {
+					b.Fatal("no task name or id")
+				}
+				if err := d.Ack(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			celeriac += time.Since(start)
+			celeriacCPU += cpuTime(b) - startCPU
+			if err := c.Stop(ctx); err != nil {
+				b.Fatal(err)
+			}
+			continue
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := ch.Qos(256, 0, true); err != nil {
+			b.Fatal(err)
+		}
+		dels, err := ch.Consume(q, "", false, false, false, false, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for range half {
+			d := <-dels
+			task, _ := d.Headers["task"].(string)
+			id, _ := d.Headers["id"].(string)
+			if task == "" || id == "" {
+				b.Fatal("no task name or id")
+			}
+			if err := d.Ack(false); err != nil {
+				b.Fatal(err)
+			}
+		}
+		bare += time.Since(start)
+		bareCPU += cpuTime(b) - startCPU
+		_ = ch.Close()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(2*half)/celeriac.Seconds(), "celeriac-msg/s")
+	b.ReportMetric(float64(2*half)/bare.Seconds(), "amqp091-msg/s")
+	b.ReportMetric(bare.Seconds()/celeriac.Seconds(), "celeriac/amqp091")
+	b.ReportMetric(float64(celeriacCPU.Microseconds())/float64(2*half), "celeriac-cpu-µs/msg")
+	b.ReportMetric(float64(bareCPU.Microseconds())/float64(2*half), "amqp091-cpu-µs/msg")
+}
+
+// cpuTime is the process's user+system CPU time so far. Under a loaded
+// machine it says more about a consumer's cost than its wall-clock rate.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // preload publishes n Celery-like task messages to q with pipelined
