@@ -464,3 +464,65 @@ func drainLeftovers(t testing.TB, q string) []leftover {
 		out = append(out, leftover{id, d.Redelivered})
 	}
 }
+
+// TestAMQPPidboxPing carries Celery's remote control over the transport: a
+// Python client pings a node whose pidbox queue celeriac subscribes to, and
+// celeriac's reply reaches it. Both sides declare the pidbox exchanges, so
+// their flags must be equivalent to kombu's.
+func TestAMQPPidboxPing(t *testing.T) {
+	x := itAMQPName(t)
+	node := "celeriac@" + x
+	deleteAMQP(t, x+".pidbox", "reply."+x+".pidbox")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tr, _ := amqpTransport(t, amqptransport.Config{})
+	sub, err := tr.Subscribe(ctx, transport.Broadcast{Exchange: x + ".pidbox", ExchangeType: transport.Fanout,
+		Queue: node + "." + x + ".pidbox", QueueArguments: map[string]any{"x-message-ttl": 300000, "x-expires": 10000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+
+	errs := make(chan error, 1)
+	go func() {
+		errs <- func() error {
+			var d *transport.Delivery
+			select {
+			case d = <-sub.Deliveries():
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			var req struct {
+				Method      string   `json:"method"`
+				Destination []string `json:"destination"`
+				Ticket      string   `json:"ticket"`
+				ReplyTo     struct {
+					Exchange   string `json:"exchange"`
+					RoutingKey string `json:"routing_key"`
+				} `json:"reply_to"`
+			}
+			if err := json.Unmarshal(d.Message.Body, &req); err != nil {
+				return fmt.Errorf("request %s: %w", d.Message.Body, err)
+			}
+			if req.Method != "ping" || len(req.Destination) != 1 || req.Destination[0] != node {
+				return fmt.Errorf("request %s", d.Message.Body)
+			}
+			body, _ := json.Marshal(map[string]any{node: map[string]string{"ok": "pong"}})
+			return tr.Publish(ctx, &transport.Publishing{
+				Exchange: req.ReplyTo.Exchange, ExchangeType: transport.Direct, RoutingKey: req.ReplyTo.RoutingKey,
+				NoConfirm: true,
+				Message: protocol.Message{ContentType: protocol.ContentTypeJSON, ContentEncoding: "utf-8", Body: body,
+					Headers:    map[string]any{"ticket": req.Ticket, "clock": int64(1)},
+					Properties: protocol.Properties{DeliveryMode: 1}},
+			})
+		}()
+	}()
+	var replies []map[string]map[string]string
+	pyAMQP(t, "", 0, fmt.Sprintf("ping(%q, %q)", node, x), &replies)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if len(replies) != 1 || replies[0][node]["ok"] != "pong" {
+		t.Errorf("python got replies %v", replies)
+	}
+}

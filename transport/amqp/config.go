@@ -20,9 +20,10 @@ type DeclarePolicy int
 const (
 	// DeclareAll declares what Celery declares: for each consumed queue a
 	// durable direct exchange and a durable queue, named alike and bound
-	// with the queue name as routing key; for publishes, the target queue
-	// (default exchange) or exchange when missing. Python and Go workers can
-	// then start in either order.
+	// with the queue name as routing key; for publishes, a missing named
+	// exchange, and a missing target queue of a persistent (task) message
+	// to the default exchange. Python and Go workers can then start in
+	// either order.
 	DeclareAll DeclarePolicy = iota
 	// DeclarePassive declares nothing; it only checks that the consumed
 	// queues exist (a passive declare) and fails Consume when one is missing.
@@ -46,7 +47,11 @@ const (
 	// QoSGlobal always sets global=true.
 	QoSGlobal
 	// QoSPerConsumer always sets global=false: every queue gets its own
-	// prefetch window.
+	// prefetch window. A message rejected with requeue is then always
+	// delivered again before the messages behind it; with global QoS
+	// RabbitMQ (3.10) sometimes frees the prefetch slot before the message
+	// is back and delivers the next one first. SetPrefetch costs a
+	// re-consume in this mode (see consumer SetPrefetch).
 	QoSPerConsumer
 )
 
@@ -183,6 +188,11 @@ func parseURL(raw string) (brokerURL, error) {
 		// url's error repeats the URL, password included.
 		return brokerURL{}, errors.New("amqp: malformed broker URL")
 	}
+	if u.Opaque != "" || u.Fragment != "" || strings.Contains(raw, "#") ||
+		u.Host == "" && u.Scheme != "" && !strings.HasPrefix(raw[len(u.Scheme):], "://") {
+		// "amqp:user:pass@host" and the like: nothing to redact safely.
+		return brokerURL{}, errors.New("amqp: malformed broker URL (want amqp://user:password@host:port/vhost)")
+	}
 	redacted := u.Redacted()
 	var b brokerURL
 	switch u.Scheme {
@@ -195,13 +205,21 @@ func parseURL(raw string) (brokerURL, error) {
 			u.Host = net.JoinHostPort(u.Hostname(), "5671")
 		}
 	default:
-		return brokerURL{}, fmt.Errorf("amqp: broker URL %s: scheme must be amqp, amqps or pyamqp", redacted)
+		return brokerURL{}, fmt.Errorf("amqp: broker URL scheme %q: must be amqp, amqps or pyamqp", u.Scheme)
+	}
+	if u.Host == "" {
+		u.Host = "localhost" // amqp091's default; keeps "//" in the string form
 	}
 	b.dial = u.String()
 	b.redacted = redacted
 	b.host = u.Hostname()
 	if _, err := amqp091.ParseURI(b.dial); err != nil {
-		return brokerURL{}, fmt.Errorf("amqp: broker URL %s: %w", redacted, err)
+		// net/url's errors quote the whole URL, password included.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return brokerURL{}, fmt.Errorf("amqp: broker URL %s: %v", redacted, err)
 	}
 	return b, nil
 }

@@ -3,6 +3,7 @@ package amqp
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -44,7 +45,8 @@ func TestParseURLs(t *testing.T) {
 				redacted: "amqps://u:xxxxx@rabbit.example:15671/vh", host: "rabbit.example", tls: true}},
 		},
 		{name: "empty", primary: " ; ", wantErr: "no broker URL"},
-		{name: "redis scheme", primary: "redis://localhost:6379/0", wantErr: "scheme must be"},
+		{name: "redis scheme", primary: "redis://localhost:6379/0", wantErr: `scheme "redis": must be`},
+		{name: "opaque", primary: "amqp:guest:secret@host", wantErr: "malformed"},
 		{name: "bad port", primary: "amqp://u:secret@h:notaport/", wantErr: "malformed"},
 	}
 	for _, tt := range tests {
@@ -229,5 +231,32 @@ func FuzzParseMismatch(f *testing.F) {
 		}
 		m.Err = &amqp091.Error{Reason: reason}
 		_ = m.Error()
+	})
+}
+
+func FuzzParseURLs(f *testing.F) {
+	f.Add("amqp://guest:guest@localhost:5672//;amqps://u:secret@h:5671/vh?heartbeat=5")
+	f.Add("pyamqp://u:secret@[::1]:5672/%2f; ;amqp://")
+	f.Add("amqps://u:secret@h:99999/")
+	f.Fuzz(func(t *testing.T, raw string) {
+		urls, err := parseURLs(raw, nil)
+		if err != nil {
+			if strings.Contains(raw, ":secret@") && strings.Contains(err.Error(), "secret") {
+				t.Fatalf("error leaks the password: %v", err)
+			}
+			return
+		}
+		for _, u := range urls {
+			r, err := url.Parse(u.redacted)
+			if err != nil {
+				t.Fatalf("redacted URL %q does not parse: %v", u.redacted, err)
+			}
+			if pw, ok := r.User.Password(); ok && pw != "xxxxx" || r.Opaque != "" || r.Fragment != "" {
+				t.Fatalf("redacted URL may show a password: %s", u.redacted)
+			}
+			if _, err := parseURL(u.dial); err != nil {
+				t.Fatalf("dial URL %q does not parse again: %v", u.dial, err)
+			}
+		}
 	})
 }

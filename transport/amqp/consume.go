@@ -32,7 +32,9 @@ const maxPrefetch = 65535
 // them again. Cancelling ctx aborts the setup only.
 //
 // Consume returns a *MismatchError under StrictTopology when a queue exists
-// with other arguments.
+// with other arguments. For a channel (and prefetch window) per queue, as
+// some deployments prefer to Celery's shared one, call Consume once per
+// queue.
 func (t *Transport) Consume(ctx context.Context, queues []transport.Queue, opts transport.ConsumeOptions) (transport.Consumer, error) {
 	if opts.Prefetch < 0 {
 		return nil, fmt.Errorf("amqp: negative prefetch %d", opts.Prefetch)

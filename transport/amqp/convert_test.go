@@ -244,6 +244,11 @@ func FuzzHeaderConversion(f *testing.F) {
 		if err := back.Validate(); err != nil {
 			t.Fatalf("amqp091 refuses the converted table: %v", err)
 		}
+		// The dead-letter reader must cope with any x-death content.
+		if _, err := deadMessage(&amqp091.Delivery{Headers: amqp091.Table{"x-death": []any{tbl, tbl["a"]}, "id": tbl["b"]}}, "q"); err != nil &&
+			!errors.Is(err, errValueDepth) {
+			t.Fatalf("deadMessage: %v", err)
+		}
 		m2, err := fromTable(back)
 		if err != nil {
 			t.Fatalf("second fromTable: %v", err)

@@ -29,7 +29,8 @@ import (
 // Dead messages are read with basic.get without acknowledgement and
 // returned to the dead-letter queue by closing the channel, so listing
 // removes nothing (RabbitMQ keeps their order where it can and marks them
-// redelivered). A message's ID is its task id (the "id" header), else its
+// redelivered), with the per-message TTL (expiration) RabbitMQ moved into
+// x-death restored. A message's ID is its task id (the "id" header), else its
 // correlation id, else a digest of its body: replaying or purging an ID acts
 // on every dead message that has it. The reason given to DeadLetter is not
 // stored (it is logged): Reason here is RabbitMQ's ("rejected", "expired",
@@ -187,6 +188,11 @@ func deadMessage(d *amqp091.Delivery, fallback string) (transport.DeadMessage, e
 			}
 			dm.Reason.Reason, _ = last["reason"].(string)
 			dm.Reason.Time, _ = last["time"].(time.Time)
+			// RabbitMQ moves the per-message TTL out of the properties
+			// when it dead-letters, so that the dead copy does not expire.
+			if exp, ok := last["original-expiration"].(string); ok && dm.Message.Properties.Expiration == "" {
+				dm.Message.Properties.Expiration = exp
+			}
 		}
 	}
 	return dm, nil

@@ -197,7 +197,7 @@ func (a *admin) ready(name string) int {
 	return n
 }
 
-// waitConsumers polls until queue exists with at least n consumers.
+// waitConsumers polls until queue exists with exactly n consumers.
 func (a *admin) waitConsumers(ctx context.Context, queue string, n int) {
 	a.t.Helper()
 	for {
@@ -207,7 +207,7 @@ func (a *admin) waitConsumers(ctx context.Context, queue string, n int) {
 			got = q.Consumers
 			return err
 		})
-		if err == nil && got >= n {
+		if err == nil && got == n {
 			return
 		}
 		select {

@@ -26,10 +26,11 @@ type proxy struct {
 	target string
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
-	conns  []net.Conn
-	frozen chan struct{} // closed when frozen
-	closed bool
+	mu      sync.Mutex
+	conns   []net.Conn
+	frozen  chan struct{} // closed when frozen
+	closed  bool
+	refused bool // new connections are closed at once
 }
 
 // newProxy starts a proxy to the broker of brokerURL; tlsCfg may be nil.
@@ -81,6 +82,12 @@ func (p *proxy) accept() {
 			b.Close()
 			return
 		}
+		if p.refused {
+			p.mu.Unlock()
+			c.Close()
+			b.Close()
+			continue
+		}
 		p.conns = append(p.conns, c, b)
 		frozen := p.frozen
 		p.mu.Unlock()
@@ -126,6 +133,14 @@ func (p *proxy) drop() {
 	for _, c := range conns {
 		_ = c.Close()
 	}
+}
+
+// refuse makes the proxy close new connections at once (on) or forward
+// them again (off), as a broker that is down and comes back.
+func (p *proxy) refuse(on bool) {
+	p.mu.Lock()
+	p.refused = on
+	p.mu.Unlock()
 }
 
 // freeze stops forwarding on the current connections without closing them;

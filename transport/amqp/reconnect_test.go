@@ -1,12 +1,15 @@
 package amqp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/celeriac/celeriac/transport"
 	"github.com/celeriac/celeriac/transport/transporttest"
@@ -226,5 +229,109 @@ func TestTLS(t *testing.T) {
 	_, err = Dial(ctx, Config{URL: p.url(broker, "amqps")})
 	if err == nil {
 		t.Error("Dial trusted an unknown certificate")
+	}
+}
+
+func TestPublishWaitIsBoundedByCtx(t *testing.T) {
+	broker := transporttest.AMQPURL(t)
+	p := newProxy(t, broker, nil)
+	h := newHarness(t, Config{URL: p.url(broker, "amqp")})
+	p.close() // the only broker is gone for good
+	ctx, cancel := context.WithTimeout(testCtx(t), 300*time.Millisecond)
+	defer cancel()
+	err := h.tr.Publish(ctx, &transport.Publishing{RoutingKey: h.q("never"), Message: taskMessage("x", 0)})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Publish during an endless outage = %v, want the ctx's error", err)
+	}
+	if h.logs.FilterMessage("amqp reconnect failed").Len() == 0 {
+		t.Error("failed reconnection rounds not logged")
+	}
+}
+
+func TestPublishChannelError(t *testing.T) {
+	h := newHarness(t, Config{Declare: DeclareNone})
+	ctx := testCtx(t)
+	missing := h.q("missing_exchange")
+	err := h.tr.Publish(ctx, &transport.Publishing{Exchange: missing, RoutingKey: "k", Message: taskMessage("x", 0)})
+	var ae *amqp091.Error
+	if !errors.As(err, &ae) || ae.Code != amqp091.NotFound {
+		t.Errorf("Publish to a missing exchange = %v, want NOT_FOUND", err)
+	}
+	// The publishing channel is replaced: the next publish works.
+	a := newAdmin(t)
+	q := h.q("after")
+	a.cleanup([]string{q}, nil)
+	a.declare(q, nil)
+	if err := h.tr.Publish(ctx, &transport.Publishing{RoutingKey: q, Message: taskMessage("y", 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := a.ready(q); n != 1 {
+		t.Errorf("ready = %d, want 1", n)
+	}
+}
+
+func TestConsumerFailsForGood(t *testing.T) {
+	broker := transporttest.AMQPURL(t)
+	p := newProxy(t, broker, nil)
+	h := newHarness(t, Config{URL: p.url(broker, "amqp"), StrictTopology: true})
+	a := newAdmin(t)
+	q := h.q("changed")
+	a.cleanup([]string{q}, []string{q})
+	ctx := testCtx(t)
+	c, err := h.tr.Consume(ctx, []transport.Queue{{Name: q}}, transport.ConsumeOptions{Prefetch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// While the broker is unreachable someone recreates the queue with
+	// other arguments; when it is back, the redeclaration is refused,
+	// which retrying will not fix.
+	p.refuse(true)
+	p.drop()
+	a.waitConsumers(ctx, q, 0)
+	a.must(func(ch *amqp091.Channel) error { _, err := ch.QueueDelete(q, false, false, false); return err })
+	a.declare(q, amqp091.Table{"x-max-priority": int32(5)})
+	p.refuse(false)
+	for range c.Deliveries() {
+		t.Error("unexpected delivery")
+	}
+	var mm *MismatchError
+	if !errors.As(c.Err(), &mm) || mm.Argument != "x-max-priority" {
+		t.Errorf("Err = %v, want the mismatch", c.Err())
+	}
+	if err := c.Stop(ctx); err != nil {
+		t.Errorf("Stop after failure = %v", err)
+	}
+}
+
+func TestRequeueAtHeadPerConsumer(t *testing.T) {
+	h := newHarness(t, Config{QoS: QoSPerConsumer})
+	a := newAdmin(t)
+	q := h.q("head")
+	a.cleanup([]string{q}, []string{q})
+	ctx := testCtx(t)
+	a.declare(q, nil)
+	for round := range 20 {
+		for i := range 3 {
+			a.publishRaw("", q, amqpPublishing(strconv.Itoa(i)))
+		}
+		c, err := h.tr.Consume(ctx, []transport.Queue{{Name: q}}, transport.ConsumeOptions{Prefetch: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := recv(t, c.Deliveries()).Reject(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		var got []any
+		for range 3 {
+			d := recv(t, c.Deliveries())
+			got = append(got, d.Message.Headers["id"])
+			_ = d.Ack(ctx)
+		}
+		if got[0] != "0" {
+			t.Errorf("round %d: order after requeueing 0 is %v", round, got)
+		}
+		if err := c.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

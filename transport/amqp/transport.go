@@ -190,3 +190,16 @@ func (t *Transport) withPubChannel(ctx context.Context, fn func(ch *amqp091.Chan
 
 // errNack is returned when the broker refuses a publish (basic.nack).
 var errNack = errors.New("amqp: broker refused the message (basic.nack)")
+
+// DeleteQueue deletes a queue and the messages in it (transporttest's
+// QueueDeleter). A queue that does not exist is already deleted.
+func (t *Transport) DeleteQueue(ctx context.Context, queue string) error {
+	err := t.withPubChannel(ctx, func(ch *amqp091.Channel) error {
+		_, err := ch.QueueDelete(queue, false, false, false)
+		return err
+	})
+	if err != nil && !isNotFound(err) {
+		return fmt.Errorf("amqp: delete queue %q: %w", queue, err)
+	}
+	return nil
+}

@@ -65,3 +65,12 @@ def get_headers():
         else:
             json.dump(msg.headers, sys.stdout, default=str)
     app.close()
+
+
+def ping(node, control_exchange):
+    """Pings a node over remote control (pidbox) and prints the replies."""
+    app = make_app()
+    app.conf.control_exchange = control_exchange
+    replies = app.control.ping(destination=[node], timeout=10)
+    app.close()
+    json.dump(replies, sys.stdout)

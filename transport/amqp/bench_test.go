@@ -1,0 +1,235 @@
+package amqp
+
+import (
+	"context"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/celeriac/celeriac/transport"
+	"github.com/celeriac/celeriac/transport/transporttest"
+)
+
+// BenchmarkConsumeAck drains b.N preloaded Celery task messages with
+// prefetch 256, reading the task name and id and acking each, through
+// celeriac's transport and through a bare amqp091-go loop (the ceiling
+// measured in perf-anchors.md §3, about 18 700 msg/s there). Both run in
+// the same invocation, so they can be compared:
+//
+//	go test -run '^$' -bench ConsumeAck -benchtime 20000x -count 5 ./transport/amqp
+func BenchmarkConsumeAck(b *testing.B) {
+	b.Run("celeriac", func(b *testing.B) {
+		h := newHarness(b, Config{})
+		q := h.q("bench")
+		a := newAdmin(b)
+		a.cleanup([]string{q}, []string{q})
+		ctx := context.Background()
+		// Declare as the transport does, then preload.
+		c, err := h.tr.Consume(ctx, []transport.Queue{{Name: q}}, transport.ConsumeOptions{Prefetch: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Stop(ctx); err != nil {
+			b.Fatal(err)
+		}
+		preload(b, q, b.N)
+		b.ReportAllocs()
+		b.ResetTimer()
+		c, err = h.tr.Consume(ctx, []transport.Queue{{Name: q}}, transport.ConsumeOptions{Prefetch: 256})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for range b.N {
+			d := <-c.Deliveries()
+			task, _ := d.Message.Headers["task"].(string)
+			id, _ := d.Message.Headers["id"].(string)
+			if task == "" || id == "" {
+				b.Fatal("no task name or id")
+			}
+			if err := d.Ack(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
+		if err := c.Stop(ctx); err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.Run("amqp091", func(b *testing.B) {
+		name := uniqueName(b)
+		q := name + "_bench"
+		a := newAdmin(b)
+		a.cleanup([]string{q}, nil)
+		a.declare(q, nil)
+		preload(b, q, b.N)
+		conn, err := amqp091.Dial(transporttest.AMQPURL(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close()
+		b.ReportAllocs()
+		b.ResetTimer()
+		ch, err := conn.Channel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := ch.Qos(256, 0, true); err != nil {
+			b.Fatal(err)
+		}
+		dels, err := ch.Consume(q, "", false, false, false, false, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for range b.N {
+			d := <-dels
+			task, _ := d.Headers["task"].(string)
+			id, _ := d.Headers["id"].(string)
+			if task == "" || id == "" {
+				b.Fatal("no task name or id")
+			}
+			if err := d.Ack(false); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
+	})
+}
+
+// BenchmarkConsumeAckPaired measures both consumers within each benchmark
+// run, in the order celeriac, amqp091, amqp091, celeriac (half of b.N
+// messages each time), so that load drifting on a shared machine affects
+// both alike. It reports each side's rate and their ratio:
+//
+//	go test -run '^$' -bench ConsumeAckPaired -benchtime 20000x -count 5 ./transport/amqp
+func BenchmarkConsumeAckPaired(b *testing.B) {
+	h := newHarness(b, Config{})
+	a := newAdmin(b)
+	half := max(b.N/2, 1)
+	var queues [4]string
+	for i := range queues {
+		queues[i] = h.q("paired" + strconv.Itoa(i))
+		a.cleanup([]string{queues[i]}, []string{queues[i]})
+		a.declare(queues[i], nil)
+		preload(b, queues[i], half)
+	}
+	conn, err := amqp091.Dial(transporttest.AMQPURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := context.Background()
+	var celeriac, bare, celeriacCPU, bareCPU time.Duration
+	b.ResetTimer()
+	for i, q := range queues {
+		start, startCPU := time.Now(), cpuTime(b)
+		if i == 0 || i == 3 {
+			c, err := h.tr.Consume(ctx, []transport.Queue{{Name: q}}, transport.ConsumeOptions{Prefetch: 256})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for range half {
+				d := <-c.Deliveries()
+				task, _ := d.Message.Headers["task"].(string)
+				id, _ := d.Message.Headers["id"].(string)
+				if task == "" || id == "" {
+					b.Fatal("no task name or id")
+				}
+				if err := d.Ack(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			celeriac += time.Since(start)
+			celeriacCPU += cpuTime(b) - startCPU
+			if err := c.Stop(ctx); err != nil {
+				b.Fatal(err)
+			}
+			continue
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := ch.Qos(256, 0, true); err != nil {
+			b.Fatal(err)
+		}
+		dels, err := ch.Consume(q, "", false, false, false, false, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for range half {
+			d := <-dels
+			task, _ := d.Headers["task"].(string)
+			id, _ := d.Headers["id"].(string)
+			if task == "" || id == "" {
+				b.Fatal("no task name or id")
+			}
+			if err := d.Ack(false); err != nil {
+				b.Fatal(err)
+			}
+		}
+		bare += time.Since(start)
+		bareCPU += cpuTime(b) - startCPU
+		_ = ch.Close()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(2*half)/celeriac.Seconds(), "celeriac-msg/s")
+	b.ReportMetric(float64(2*half)/bare.Seconds(), "amqp091-msg/s")
+	b.ReportMetric(bare.Seconds()/celeriac.Seconds(), "celeriac/amqp091")
+	b.ReportMetric(float64(celeriacCPU.Microseconds())/float64(2*half), "celeriac-cpu-µs/msg")
+	b.ReportMetric(float64(bareCPU.Microseconds())/float64(2*half), "amqp091-cpu-µs/msg")
+}
+
+// cpuTime is the process's user+system CPU time so far. Under a loaded
+// machine it says more about a consumer's cost than its wall-clock rate.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// preload publishes n Celery-like task messages to q with pipelined
+// publisher confirms.
+func preload(b *testing.B, q string, n int) {
+	b.Helper()
+	conn, err := amqp091.Dial(transporttest.AMQPURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		b.Fatal(err)
+	}
+	var last *amqp091.DeferredConfirmation
+	for i := range n {
+		id := "b0000000-0000-0000-0000-" + strconv.Itoa(100000000000+i)
+		p := amqp091.Publishing{
+			ContentType: "application/json", ContentEncoding: "utf-8", DeliveryMode: 2,
+			CorrelationId: id, ReplyTo: "2731d639-4e7d-349f-9ccc-abfd40bea425",
+			Headers: amqp091.Table{
+				"lang": "py", "task": "bench.noop", "id": id, "shadow": nil, "eta": nil, "expires": nil,
+				"group": nil, "group_index": nil, "retries": int32(0), "timelimit": []any{nil, nil},
+				"root_id": id, "parent_id": nil, "argsrepr": "(" + strconv.Itoa(i) + ",)", "kwargsrepr": "{}",
+				"origin": "gen1@bench", "ignore_result": false,
+			},
+			Body: []byte("[[" + strconv.Itoa(i) + `], {}, {"callbacks": null, "errbacks": null, "chain": null, "chord": null}]`),
+		}
+		last, err = ch.PublishWithDeferredConfirm("", q, false, false, p)
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if last != nil && !last.Wait() {
+		b.Fatal("preload nacked")
+	}
+}

@@ -1,0 +1,55 @@
+package amqp_test
+
+import (
+	"context"
+	"errors"
+	"log"
+
+	"github.com/celeriac/celeriac/transport"
+	amqptransport "github.com/celeriac/celeriac/transport/amqp"
+)
+
+// A worker's consuming loop over the queue Python's Celery publishes to.
+// (It needs a broker, so it only compiles.)
+func ExampleDial() {
+	ctx := context.Background()
+	tr, err := amqptransport.Dial(ctx, amqptransport.Config{
+		// Celery's failover form: tried in order.
+		URL: "amqp://guest:guest@rabbit-a:5672//;amqp://guest:guest@rabbit-b:5672//",
+		// Must equal what Python declares (task_queue_max_priority = 10).
+		QueueArguments: map[string]any{"x-max-priority": 10},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tr.Close()
+
+	c, err := tr.Consume(ctx, []transport.Queue{{Name: "celery"}}, transport.ConsumeOptions{Prefetch: 16})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for d := range c.Deliveries() {
+		log.Printf("task %v id %v", d.Message.Headers["task"], d.Message.Headers["id"])
+		if err := d.Ack(ctx); errors.Is(err, transport.ErrStaleDelivery) {
+			// The connection was lost: the broker delivers it again.
+			continue
+		}
+	}
+	log.Print(c.Err())
+}
+
+// Publishing a task message as Celery does: default exchange, the queue as
+// routing key, waiting for the broker's confirm.
+func ExampleTransport_Publish() {
+	ctx := context.Background()
+	tr, err := amqptransport.Dial(ctx, amqptransport.Config{URL: "amqp://guest:guest@localhost:5672//"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tr.Close()
+	var msg transport.Publishing // built with protocol.EncodeTask
+	msg.RoutingKey = "celery"
+	if err := tr.Publish(ctx, &msg); err != nil {
+		log.Fatal(err)
+	}
+}
