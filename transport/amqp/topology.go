@@ -108,7 +108,7 @@ func declareQueue(s *settings, t *topo, qs *queueState) error {
 	}
 
 	err := t.do(func(ch *amqp091.Channel) error {
-		return ch.ExchangeDeclare(q.Exchange, q.ExchangeType, true, false, false, false, nil)
+		return ch.ExchangeDeclare(q.Exchange, q.ExchangeType, exchangeDurable(q.Exchange), false, false, false, nil)
 	})
 	if err != nil {
 		mm := asMismatch(err, "exchange", q.Exchange)
