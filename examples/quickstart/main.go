@@ -31,6 +31,7 @@ import (
 	"github.com/celeriac/celeriac/transport"
 	"github.com/celeriac/celeriac/transport/memory"
 	"github.com/celeriac/celeriac/worker"
+	celeryconnect "github.com/celeriac/celeriac/worker/connect"
 )
 
 const text = `It was the best of times, it was the worst of times, it was the age of
@@ -44,23 +45,42 @@ func main() {
 	}
 }
 
+// row is one demo task and what came back.
+type row struct {
+	label string
+	meta  *protocol.ResultMeta
+}
+
 func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	rows, err := demo(ctx)
+	if err != nil {
+		return err
+	}
+	var table strings.Builder
+	for _, r := range rows {
+		fmt.Fprintf(&table, "  %-46s %-8s %s\n", r.label, r.meta.Status, show(r.meta))
+	}
+	fmt.Printf("\nResults (as Python's AsyncResult.get() would see them):\n\n%s\n", table.String())
+	return nil
+}
 
+// demo runs the worker, sends the demo tasks and collects their results.
+func demo(ctx context.Context) ([]row, error) {
 	logCfg := zap.NewDevelopmentConfig()
 	logCfg.Level = zap.NewAtomicLevelAt(zapcore.InfoLevel)
 	logCfg.EncoderConfig.EncodeLevel = zapcore.CapitalColorLevelEncoder
 	logCfg.DisableStacktrace = true
 	log, err := logCfg.Build()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer log.Sync() //nolint:errcheck // stderr
 
 	tr, be, waitResult, cleanup, err := connect(ctx, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer cleanup()
 
@@ -73,7 +93,7 @@ func run() error {
 		Logger:      log,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	runCtx, stopWorker := context.WithCancel(ctx)
 	defer stopWorker()
@@ -102,20 +122,18 @@ func run() error {
 	send("flaky(2): fails twice, retried with backoff", "tasks.flaky", []any{2})
 	send("add(40, 2) with countdown=2s", "tasks.add", []any{40, 2}, worker.Countdown(2*time.Second))
 
-	var table strings.Builder
+	var rows []row
 	for _, j := range jobs {
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		m, err := waitResult(wctx, j.id)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("waiting for %s: %w", j.label, err)
+			return nil, fmt.Errorf("waiting for %s: %w", j.label, err)
 		}
-		fmt.Fprintf(&table, "  %-46s %-8s %s\n", j.label, m.Status, show(m))
+		rows = append(rows, row{j.label, m})
 	}
-	fmt.Printf("\nResults (as Python's AsyncResult.get() would see them):\n\n%s\n", table.String())
-
 	stopWorker()
-	return <-done
+	return rows, <-done
 }
 
 func show(m *protocol.ResultMeta) string {
@@ -130,14 +148,26 @@ func show(m *protocol.ResultMeta) string {
 }
 
 // connect returns the transport and backend: in-memory unless
-// CELERY_BROKER_URL is set.
+// CELERY_BROKER_URL is set, then those URLs (CELERY_RESULT_BACKEND too).
 func connect(ctx context.Context, log *zap.Logger) (transport.Transport, backend.Backend,
 	func(context.Context, string) (*protocol.ResultMeta, error), func(), error) {
-	if url := os.Getenv("CELERY_BROKER_URL"); url != "" {
-		return nil, nil, nil, nil, errors.New("CELERY_BROKER_URL is set, but this build of the demo only embeds the in-memory broker; unset it")
+	o := celeryconnect.FromEnv(celeryconnect.Options{Logger: log})
+	if o.BrokerURL == "" {
+		log.Info("no CELERY_BROKER_URL: using the embedded in-memory broker and result backend")
+		tr := memory.New(memory.Config{})
+		be := membackend.New()
+		return tr, be, be.Wait, func() { tr.Close(); be.Close() }, nil
 	}
-	log.Info("no CELERY_BROKER_URL: using the embedded in-memory broker and result backend")
-	tr := memory.New(memory.Config{})
-	be := membackend.New()
-	return tr, be, be.Wait, func() { tr.Close(); be.Close() }, nil
+	if o.ResultBackend == "" {
+		return nil, nil, nil, nil, errors.New("CELERY_BROKER_URL is set: set CELERY_RESULT_BACKEND too (redis://...), so the demo can read results")
+	}
+	log.Info("connecting", zap.String("broker", celeryconnect.Redact(o.BrokerURL)), zap.String("result_backend", celeryconnect.Redact(o.ResultBackend)))
+	c, err := celeryconnect.Open(ctx, o)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	wait := func(ctx context.Context, id string) (*protocol.ResultMeta, error) {
+		return celeryconnect.Wait(ctx, c.Backend, id)
+	}
+	return c.Transport, c.Backend, wait, func() { c.Close() }, nil
 }
