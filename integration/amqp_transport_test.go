@@ -352,7 +352,15 @@ func TestAMQPDrainUnderConnectionKills(t *testing.T) {
 	defer cancel()
 	var ids []string
 	pyAMQP(t, q, 0, fmt.Sprintf("send(%d)", total), &ids)
-	if ready, _ := queueCounts(t, q); ready != total || len(ids) != total {
+	// py-amqp publishes without confirms, so the broker may still be
+	// enqueueing the last messages when the script exits: wait for them.
+	ready := 0
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if ready, _ = queueCounts(t, q); ready == total {
+			break
+		}
+	}
+	if ready != total || len(ids) != total {
 		t.Fatalf("python published %d, queue holds %d", len(ids), ready)
 	}
 
