@@ -477,3 +477,31 @@ func TestGlobalRateLimitSpacesStartsWithoutHoldingSlots(t *testing.T) {
 		t.Fatalf("10 starts spanned %v, want >= ~450ms at 20/s", span)
 	}
 }
+
+func TestIgnoreResultStoresNothingOnSuccess(t *testing.T) {
+	// Concurrency 1 and one FIFO queue: when the last task's result is
+	// stored, the earlier ones have finished.
+	h := newHarness(t, worker.Config{Concurrency: 1})
+	h.mux.HandleFunc("tasks.quiet", func(ctx context.Context, t *worker.Task) (any, error) { return 1, nil }, worker.IgnoreResult(true))
+	h.mux.HandleFunc("tasks.loud", func(ctx context.Context, t *worker.Task) (any, error) { return 1, nil })
+	h.mux.HandleFunc("tasks.quietfail", func(ctx context.Context, t *worker.Task) (any, error) { return nil, errBoom }, worker.IgnoreResult(true))
+	h.start()
+	quiet := h.send("tasks.quiet", nil, nil)
+	header := h.send("tasks.loud", nil, nil, worker.IgnoreResultHeader(true)) // the client's ignore_result=True
+	failing := h.send("tasks.quietfail", nil, nil)
+	h.wait(h.send("tasks.loud", nil, nil))
+	for _, id := range []string{quiet, header, failing} {
+		if m, err := h.be.Get(context.Background(), id); err == nil {
+			t.Errorf("%s: state %s stored despite ignore_result", id, m.Status)
+		}
+	}
+}
+
+func TestStoreErrorsEvenIfIgnored(t *testing.T) {
+	h := newHarness(t, worker.Config{StoreErrorsEvenIfIgnored: true})
+	h.mux.HandleFunc("tasks.quietfail", func(ctx context.Context, t *worker.Task) (any, error) { return nil, errBoom }, worker.IgnoreResult(true))
+	h.start()
+	if m := h.wait(h.send("tasks.quietfail", nil, nil)); m.Status != protocol.StateFailure {
+		t.Fatalf("got %s", m.Status)
+	}
+}
