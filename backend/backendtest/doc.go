@@ -15,5 +15,10 @@
 // exactly once with the results in group_index order, and a closed backend
 // answers ErrClosed.
 //
+// [RunIdempotency] is the suite of [backend.IdempotencyStore]: one winner
+// among concurrent claims, the first recorded result returned to every
+// later claim, leases that only their holder renews or releases, and
+// claims whose holder died expiring so that the next delivery runs.
+//
 // backendtest imports backend, protocol and the standard library only.
 package backendtest

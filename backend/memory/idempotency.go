@@ -39,9 +39,12 @@ func (s *Idempotency) Claim(ctx context.Context, key, owner string, lease time.D
 	e := s.entries[key]
 	if e != nil && now.Before(e.until) {
 		if e.done {
-			return backend.Claim{State: backend.Done, Result: append([]byte(nil), e.result...)}, nil
+			return backend.Claim{State: backend.Done, Result: append([]byte{}, e.result...)}, nil
 		}
-		return backend.Claim{State: backend.Busy, Retry: e.until.Sub(now)}, nil
+		if e.owner != owner {
+			return backend.Claim{State: backend.Busy, Retry: e.until.Sub(now)}, nil
+		}
+		// The holder claiming again (a retried call) keeps its claim.
 	}
 	s.entries[key] = &idemEntry{owner: owner, until: now.Add(lease)}
 	return backend.Claim{State: backend.Claimed}, nil
@@ -52,7 +55,7 @@ func (s *Idempotency) Extend(ctx context.Context, key, owner string, lease time.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.entries[key]
-	if e == nil || e.done || e.owner != owner {
+	if e == nil || e.done || e.owner != owner || !s.now().Before(e.until) {
 		return fmt.Errorf("memory: idempotency key %q is not held by %s", key, owner)
 	}
 	e.until = s.now().Add(lease)
@@ -64,6 +67,10 @@ func (s *Idempotency) Complete(ctx context.Context, key, owner string, result []
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.entries[key]
+	if e != nil && e.done && s.now().Before(e.until) {
+		// The first result recorded stays: duplicates must all see it.
+		return nil
+	}
 	if e == nil || e.owner != owner {
 		// The lease ran out and someone else may hold it: still record the
 		// result, the effect happened.
