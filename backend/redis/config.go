@@ -74,7 +74,8 @@ type Config struct {
 	// DefaultGroupKeyPrefix.
 	GroupKeyPrefix string
 	// GlobalKeyPrefix is prepended to both prefixes (Celery ≥5.3's
-	// result_backend_transport_options["global_keyprefix"]); like Celery,
+	// result_backend_transport_options["global_keyprefix"]), and to the keys
+	// of celeriac's own shared state (idempotency claims); like Celery,
 	// "_" is appended unless it already ends with one of ":_-.".
 	GlobalKeyPrefix string
 	// Serializer encodes results: protocol.ContentTypeJSON (the default when
@@ -106,6 +107,9 @@ type settings struct {
 	unordered   bool
 	maxBatch    int
 	log         *zap.Logger
+	// globalPrefix is GlobalKeyPrefix as Celery normalises it ("" or ending
+	// in one of ":_-."), for celeriac's own keys.
+	globalPrefix string
 }
 
 func (c *Config) settings() (settings, error) {
@@ -127,6 +131,7 @@ func (c *Config) settings() (settings, error) {
 			g += "_"
 		}
 		s.taskPrefix, s.groupPrefix = g+s.taskPrefix, g+s.groupPrefix
+		s.globalPrefix = g
 	}
 	switch strings.ToLower(c.Serializer) {
 	case "", "json", protocol.ContentTypeJSON:

@@ -27,6 +27,20 @@
 // clients' result_serializer (json by default), whatever serializer the
 // task messages use.
 //
+// # Idempotency claims
+//
+// Backend is also a backend.IdempotencyStore, the store behind
+// worker.Idempotent for a fleet of workers: one key per idempotency key,
+// <GlobalKeyPrefix>celeriac.idem.<key>, holding "b"+owner while a holder
+// runs the effect and "d"+result once it happened. Claim, Extend, Complete
+// and Release are each one script, so a claim is atomic across every
+// worker. A claim is a lease, the key's PX expiry: the holder renews it
+// while it runs, and when the holder dies the key expires and the next
+// delivery claims it. A result is kept for the keep duration given to
+// Complete. The keys all carry a TTL, so only maxmemory-policy noeviction
+// (the default) guarantees Redis does not drop them early; a Redis without
+// persistence forgets them when it restarts.
+//
 // # Group commit
 //
 // Concurrent Store calls are written together. A Store that finds no round

@@ -29,6 +29,7 @@ type Backend struct {
 
 	storeScript *goredis.Script
 	chordScript *goredis.Script
+	idem        idemScripts
 
 	// mu guards closed; inflight counts calls that passed the closed check,
 	// so that Close can wait for them before closing the client.
@@ -67,6 +68,7 @@ func New(cfg Config) (*Backend, error) {
 		s:           s,
 		storeScript: goredis.NewScript(storeLua),
 		chordScript: goredis.NewScript(chordLua),
+		idem:        newIdemScripts(),
 	}, nil
 }
 
