@@ -12,6 +12,11 @@
 // separated by ';' fail over in order), redis://, rediss:// and
 // sentinel:// (Redis, with kombu's conventions), memory:// (in-process).
 // Result backends: redis://, rediss://, sentinel://, rpc:// and memory://.
+// With a Redis result backend, Conn.Idempotency is the store that
+// worker.Idempotent shares across the fleet:
+//
+//	mux.Handle("payments.charge", worker.Idempotent(worker.IdempotencyOptions{
+//		Store: c.Idempotency, Key: orderID})(charge))
 //
 // connect is, with cmd, examples and integration, the only place that
 // imports the adapters; the worker itself depends on the contracts only.
@@ -86,6 +91,12 @@ type Conn struct {
 	Transport transport.Transport
 	// Backend is nil when no result backend is configured.
 	Backend backend.Backend
+	// Idempotency is the store for worker.Idempotent that every worker
+	// sharing the result backend shares: the Redis result backend itself
+	// (keys <global_keyprefix>celeriac.idem.<key>), or an in-process store
+	// with memory://. It is nil for other backends (rpc://, none), which
+	// cannot keep claims.
+	Idempotency backend.IdempotencyStore
 	// BrokerScheme is the broker kind: "amqp", "redis" or "memory".
 	BrokerScheme string
 }
@@ -118,6 +129,14 @@ func Open(ctx context.Context, o Options) (*Conn, error) {
 		return nil, err
 	}
 	c.Backend = be
+	switch be := be.(type) {
+	case backend.IdempotencyStore:
+		c.Idempotency = be
+	case *membackend.Backend:
+		// Only this process sees the in-memory backend, so an in-process
+		// store is shared by everything that can share its results.
+		c.Idempotency = membackend.NewIdempotency()
+	}
 	return c, nil
 }
 
