@@ -46,6 +46,11 @@ func (w *Worker) retryTask(ctx context.Context, r *run, d retry.Decision) {
 	m := r.p.m
 	next := *m
 	next.Retries = m.Retries + 1
+	if errors.Is(d.Err, ErrDuplicateInProgress) {
+		// A duplicate waiting for the holder of its idempotency key made no
+		// attempt: it keeps its retries budget for real failures.
+		next.Retries = m.Retries
+	}
 	next.ETA = d.ETA
 	// Celery sends the retry from inside the task, so the new message's
 	// parent is the task itself (captured from Celery 5.2).
