@@ -392,7 +392,9 @@ func TestIdempotencyKill9(t *testing.T) {
 			// Charges take 400 ms to answer, so a kill finds some in flight;
 			// 5 % of requests fail with a 503 (retried with backoff).
 			g := startGateway(t, "-latency", "400ms", "-fail-rate", "0.05", "-slow-rate", "0", "-seed", "7")
-			workerArgs := []string{"-c", fmt.Sprint(concurrency), "-lease", lease.String(), "-max-retries", "30",
+			// The example's default -max-retries (5): redeliveries that find
+			// a dead worker's claim still held must not use it up.
+			workerArgs := []string{"-c", fmt.Sprint(concurrency), "-lease", lease.String(),
 				"-visibility-timeout", visibility.String()}
 			w := startPaymentsWorker(t, r, g, "a", workerArgs...)
 			procs := []*payProc{w}
