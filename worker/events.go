@@ -134,6 +134,11 @@ func (e *events) workerFields(freq float64) map[string]any {
 	}
 }
 
+// taskOn reports whether task events are enabled; callers check it before
+// building an event's fields, which costs more than the event is worth when
+// nobody listens.
+func (e *events) taskOn() bool { return e.taskEvents.Load() }
+
 // task sends a task event if task events are enabled.
 func (e *events) task(typ string, fields map[string]any) {
 	if !e.taskEvents.Load() {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/celeriac/celeriac/backend"
 	"github.com/celeriac/celeriac/protocol"
@@ -30,6 +31,15 @@ type run struct {
 	log      *zap.Logger
 }
 
+// logAt logs a task line with the task's id, name, retries and queue. The
+// fields are only built when the level is enabled: at a high rate of tasks
+// a logger.With per task would cost more than the task.
+func (r *run) logAt(lvl zapcore.Level, msg string, fields ...zap.Field) {
+	if ce := r.log.Check(lvl, msg); ce != nil {
+		ce.Write(append(taskFields(r.p.m, r.p.d), fields...)...)
+	}
+}
+
 func deliveryInfo(d *transport.Delivery, m *protocol.TaskMessage) DeliveryInfo {
 	return DeliveryInfo{
 		Queue:       d.Queue,
@@ -44,7 +54,7 @@ func deliveryInfo(d *transport.Delivery, m *protocol.TaskMessage) DeliveryInfo {
 func (w *Worker) execute(p *pending) {
 	m := p.m
 	t := newTask(m, deliveryInfo(p.d, m), w.cfg.Hostname)
-	r := &run{p: p, t: t, log: w.log.With(taskFields(m, p.d)...)}
+	r := &run{p: p, t: t, log: w.log}
 	r.acksLate = w.cfg.AcksLate
 	if p.opts.AcksLate != nil {
 		r.acksLate = *p.opts.AcksLate
@@ -66,7 +76,7 @@ func (w *Worker) execute(p *pending) {
 		// not bring the message back. If the ack fails the broker will
 		// redeliver it, so running it now would run it twice.
 		if err := p.d.Ack(sctx); err != nil {
-			r.log.Warn("early ack failed; not running the task, the broker will redeliver it", zap.Error(err))
+			r.logAt(zap.WarnLevel, "early ack failed; not running the task, the broker will redeliver it", zap.Error(err))
 			return
 		}
 		r.acked = true
@@ -83,13 +93,15 @@ func (w *Worker) execute(p *pending) {
 	w.setActive(t, p.d, r.acked, cancel)
 	defer w.clearActive(t.ID)
 	w.countTotal(m.Name)
-	w.events.task("task-started", map[string]any{"uuid": m.ID})
+	if w.events.taskOn() {
+		w.events.task("task-started", map[string]any{"uuid": m.ID})
+	}
 	w.cfg.Observer.TaskStarted(m.Name)
 
 	if w.trackStarted(p.opts) {
 		w.store(sctx, r, protocol.StateStarted, map[string]any{"pid": int64(os.Getpid()), "hostname": w.cfg.Hostname}, "", nil)
 	}
-	r.log.Debug("task started")
+	r.logAt(zap.DebugLevel, "task started")
 	start := time.Now()
 	result, err := w.invoke(ctx, p.h, t, hard)
 	if err != nil && ctx.Err() != nil && context.Cause(ctx) != nil && errors.Is(err, ctx.Err()) {
@@ -111,13 +123,15 @@ func (w *Worker) execute(p *pending) {
 // does: REVOKED ("terminated") and a task-revoked event.
 func (w *Worker) terminated(ctx context.Context, r *run) {
 	m := r.p.m
-	r.log.Info("task terminated by revoke")
+	r.logAt(zap.InfoLevel, "task terminated by revoke")
 	if w.cfg.Backend != nil {
 		ex := exceptionOf(&revokedError{why: "terminated"})
 		w.storeMeta(ctx, r, &protocol.ResultMeta{TaskID: m.ID, Status: protocol.StateRevoked, Result: ex,
 			Children: []any{}, DateDone: time.Now().UTC(), ParentID: m.ParentID, GroupID: m.Group}, m.ReplyTo)
 	}
-	w.events.task("task-revoked", map[string]any{"uuid": m.ID, "terminated": true, "signum": int64(15), "expired": false})
+	if w.events.taskOn() {
+		w.events.task("task-revoked", map[string]any{"uuid": m.ID, "terminated": true, "signum": int64(15), "expired": false})
+	}
 	w.cfg.Observer.TaskFinished(m.Name, OutcomeRevoked, 0)
 	w.settle(ctx, r, settleAck)
 }
@@ -187,7 +201,7 @@ func (w *Worker) finish(ctx context.Context, r *run, result any, err error, runt
 	case err == nil:
 		w.succeed(ctx, r, result, runtime)
 	case errors.Is(err, ErrIgnore):
-		r.log.Info("task ignored")
+		r.logAt(zap.InfoLevel, "task ignored")
 		w.cfg.Observer.TaskFinished(r.p.m.Name, OutcomeIgnored, runtime)
 		w.settle(ctx, r, settleAck)
 	case errors.As(err, &rej):
@@ -231,7 +245,7 @@ func (w *Worker) settle(ctx context.Context, r *run, a settleAction, reason ...t
 		err = r.p.d.DeadLetter(ctx, why)
 	}
 	if err != nil {
-		r.log.Error("settling the message failed; the broker may deliver it again", zap.Error(err))
+		r.logAt(zap.ErrorLevel, "settling the message failed; the broker may deliver it again", zap.Error(err))
 	}
 }
 
@@ -241,7 +255,7 @@ func (w *Worker) succeed(ctx context.Context, r *run, result any, runtime time.D
 	if err != nil {
 		// A lost chain step or callback is worse than a re-run: with
 		// acks_late the message comes back and the task runs again.
-		r.log.Error("publishing callbacks or the next chain step failed", zap.Error(err))
+		r.logAt(zap.ErrorLevel, "publishing callbacks or the next chain step failed", zap.Error(err))
 		if !r.acked {
 			w.settle(ctx, r, settleRequeue)
 			return
@@ -254,9 +268,11 @@ func (w *Worker) succeed(ctx context.Context, r *run, result any, runtime time.D
 	if m.Embed.Chord != nil && m.Group != "" {
 		w.chordPartReturn(ctx, r, protocol.StateSuccess, result)
 	}
-	r.log.Info("task succeeded", zap.Duration("runtime", runtime))
+	r.logAt(zap.InfoLevel, "task succeeded", zap.Duration("runtime", runtime))
 	w.cfg.Observer.TaskFinished(m.Name, OutcomeSucceeded, runtime)
-	w.events.task("task-succeeded", map[string]any{"uuid": m.ID, "result": protocol.Repr(result), "runtime": runtime.Seconds()})
+	if w.events.taskOn() {
+		w.events.task("task-succeeded", map[string]any{"uuid": m.ID, "result": protocol.Repr(result), "runtime": runtime.Seconds()})
+	}
 	w.settle(ctx, r, settleAck)
 }
 
@@ -327,8 +343,10 @@ func (w *Worker) fail(ctx context.Context, r *run, err error, reason string) {
 		w.chordPartReturn(ctx, r, protocol.StateFailure, ex)
 	}
 	w.callErrbacks(ctx, m, r.p.d.Queue, m.Embed.Errbacks)
-	w.events.task("task-failed", map[string]any{"uuid": m.ID, "exception": excRepr(ex), "traceback": tb})
-	r.log.Error("task failed",
+	if w.events.taskOn() {
+		w.events.task("task-failed", map[string]any{"uuid": m.ID, "exception": excRepr(ex), "traceback": tb})
+	}
+	r.logAt(zap.ErrorLevel, "task failed",
 		zap.String("reason", reason),
 		zap.String("exception", excRepr(ex)),
 		zap.Error(err))
@@ -371,13 +389,15 @@ func (w *Worker) reject(ctx context.Context, r *run, rej *RejectError) {
 	} else {
 		w.cfg.Observer.TaskFinished(r.p.m.Name, OutcomeDeadLettered, r.runtime)
 	}
-	w.events.task("task-rejected", map[string]any{"uuid": r.p.m.ID, "requeue": rej.Requeue})
+	if w.events.taskOn() {
+		w.events.task("task-rejected", map[string]any{"uuid": r.p.m.ID, "requeue": rej.Requeue})
+	}
 	if rej.Requeue {
-		r.log.Info("task rejected, requeued", zap.Error(rej.Err))
+		r.logAt(zap.InfoLevel, "task rejected, requeued", zap.Error(rej.Err))
 		w.settle(ctx, r, settleRequeue)
 		return
 	}
-	r.log.Warn("task rejected", zap.Error(rej.Err))
+	r.logAt(zap.WarnLevel, "task rejected", zap.Error(rej.Err))
 	msg := ""
 	if rej.Err != nil {
 		msg = rej.Err.Error()
@@ -393,14 +413,14 @@ func (w *Worker) chordPartReturn(ctx context.Context, r *run, state protocol.Sta
 	m := r.p.m
 	chords, ok := w.cfg.Backend.(backend.Chords)
 	if !ok {
-		r.log.Error("task is part of a chord but the result backend cannot count chord parts")
+		r.logAt(zap.ErrorLevel, "task is part of a chord but the result backend cannot count chord parts")
 		return
 	}
 	res, err := chords.ChordPartReturn(ctx, backend.ChordPart{
 		GroupID: m.Group, GroupIndex: m.GroupIndex, TaskID: m.ID, State: state, Result: result,
 	})
 	if err != nil {
-		r.log.Error("chord part return failed", zap.String("group_id", m.Group), zap.Error(err))
+		r.logAt(zap.ErrorLevel, "chord part return failed", zap.String("group_id", m.Group), zap.Error(err))
 		return
 	}
 	if !res.Ready {
@@ -421,7 +441,7 @@ func (w *Worker) chordPartReturn(ctx context.Context, r *run, state protocol.Sta
 		root = m.ID
 	}
 	if _, err := w.applySignature(ctx, body, []any{values}, callOptions{parentID: m.ID, rootID: root, queue: r.p.d.Queue}); err != nil {
-		r.log.Error("sending the chord body failed", zap.String("group_id", m.Group), zap.Error(err))
+		r.logAt(zap.ErrorLevel, "sending the chord body failed", zap.String("group_id", m.Group), zap.Error(err))
 	}
 }
 
@@ -435,14 +455,14 @@ func (w *Worker) chordError(ctx context.Context, r *run, body protocol.Signature
 	}
 	ex := &protocol.ExceptionInfo{Type: "ChordError", Module: moduleCelery,
 		Message: []any{fmt.Sprintf("Dependency %s raised %s", culprit.TaskID, repr)}}
-	r.log.Error("chord failed", zap.String("group_id", r.p.m.Group), zap.String("body_id", bodyID), zap.String("culprit", culprit.TaskID))
+	r.logAt(zap.ErrorLevel, "chord failed", zap.String("group_id", r.p.m.Group), zap.String("body_id", bodyID), zap.String("culprit", culprit.TaskID))
 	if bodyID != "" && w.cfg.Backend != nil {
 		w.storeMeta(ctx, r, &protocol.ResultMeta{TaskID: bodyID, Status: protocol.StateFailure, Result: ex,
 			Children: []any{}, DateDone: time.Now().UTC()}, "")
 	}
 	errbacks, err := signatureList(body.Options["link_error"])
 	if err != nil {
-		r.log.Error("chord body link_error unreadable", zap.Error(err))
+		r.logAt(zap.ErrorLevel, "chord body link_error unreadable", zap.Error(err))
 		return
 	}
 	if len(errbacks) > 0 {
@@ -456,7 +476,9 @@ func (w *Worker) revoke(ctx context.Context, d *transport.Delivery, m *protocol.
 	log := w.log.With(taskFields(m, d)...)
 	log.Info("task revoked, not running it", zap.String("reason", why))
 	w.cfg.Observer.TaskFinished(m.Name, OutcomeRevoked, 0)
-	w.events.task("task-revoked", map[string]any{"uuid": m.ID, "terminated": false, "signum": nil, "expired": why == "expired"})
+	if w.events.taskOn() {
+		w.events.task("task-revoked", map[string]any{"uuid": m.ID, "terminated": false, "signum": nil, "expired": why == "expired"})
+	}
 	if w.cfg.Backend != nil {
 		ex := exceptionOf(&revokedError{why: why})
 		w.storeMeta(ctx, nil, &protocol.ResultMeta{TaskID: m.ID, Status: protocol.StateRevoked, Result: ex,

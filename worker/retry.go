@@ -78,7 +78,7 @@ func (w *Worker) retryTask(ctx context.Context, r *run, d retry.Decision) {
 		ct = protocol.ContentTypeJSON
 	}
 	if err := w.producer.publish(ctx, &next, dest, ct, m.Compression); err != nil {
-		r.log.Error("publishing the retry failed", zap.Error(err))
+		r.logAt(zap.ErrorLevel, "publishing the retry failed", zap.Error(err))
 		if !r.acked {
 			// The original is still ours: give it back rather than lose it.
 			w.settle(ctx, r, settleRequeue)
@@ -106,12 +106,14 @@ func (w *Worker) retryTask(ctx context.Context, r *run, d retry.Decision) {
 	if d.Err != nil {
 		fields = append(fields, zap.Error(d.Err))
 	}
-	r.log.Info("task retry scheduled", fields...)
+	r.logAt(zap.InfoLevel, "task retry scheduled", fields...)
 	evExc, evTb := "", ""
 	if ex != nil {
 		evExc, evTb = excRepr(ex), tb
 	}
-	w.events.task("task-retried", map[string]any{"uuid": m.ID, "exception": evExc, "traceback": evTb})
+	if w.events.taskOn() {
+		w.events.task("task-retried", map[string]any{"uuid": m.ID, "exception": evExc, "traceback": evTb})
+	}
 	w.settle(ctx, r, settleAck)
 }
 

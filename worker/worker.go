@@ -232,7 +232,10 @@ type loop struct {
 	prefetch    int
 	prefetchSet int
 
-	slotDone    chan struct{}
+	slotDone    chan *slot
+	slots       []*slot // every pooled goroutine
+	idle        []*slot // those waiting for a task
+	poolWG      sync.WaitGroup
 	concurrency int
 	timer       *time.Timer
 	wg          sync.WaitGroup
@@ -252,7 +255,7 @@ func newLoop(w *Worker, cons transport.Consumer) *loop {
 		w:           w,
 		cons:        cons,
 		queueIdx:    make(map[string]int, len(w.cfg.Queues)),
-		slotDone:    make(chan struct{}, 1024),
+		slotDone:    make(chan *slot, 1024),
 		concurrency: w.cfg.Concurrency,
 		prefetch:    w.cfg.prefetch(),
 		prefetchSet: w.cfg.prefetch(),
@@ -287,8 +290,9 @@ func (l *loop) run(ctx context.Context) error {
 		case <-l.timerC():
 			l.timer = nil
 			l.promote(time.Now())
-		case <-l.slotDone:
+		case s := <-l.slotDone:
 			l.running--
+			l.idle = append(l.idle, s)
 		case f := <-l.calls:
 			f()
 		case <-ctx.Done():
@@ -337,7 +341,9 @@ func (l *loop) receive(ctx context.Context, d *transport.Delivery) {
 	}
 	now := time.Now()
 	w.cfg.Observer.TaskReceived(m.Name)
-	w.events.task("task-received", taskReceivedFields(m))
+	if w.events.taskOn() {
+		w.events.task("task-received", taskReceivedFields(m))
+	}
 	if w.revoked.contains(now, m.ID) {
 		l.background(func() { w.revoke(ctx, d, m, "revoked") })
 		return
@@ -498,6 +504,10 @@ func (l *loop) applyPrefetch(ctx context.Context) {
 }
 
 // dispatch starts ready tasks while slots are free.
+//
+// Tasks run on a pool of long-lived goroutines, one per slot in use, that
+// go back to the pool when their task ends: a fresh goroutine per task
+// would grow (copy) its stack through the deep execute path every time.
 func (l *loop) dispatch() {
 	for l.running < l.concurrency {
 		p := l.ready.pop()
@@ -506,12 +516,40 @@ func (l *loop) dispatch() {
 		}
 		l.running++
 		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			defer func() { l.slotDone <- struct{}{} }()
-			l.w.execute(p)
-		}()
+		var s *slot
+		if n := len(l.idle); n > 0 {
+			s, l.idle = l.idle[n-1], l.idle[:n-1]
+		} else {
+			s = &slot{work: make(chan *pending, 1)}
+			l.slots = append(l.slots, s)
+			l.poolWG.Add(1)
+			go l.serve(s)
+		}
+		s.work <- p
 	}
+}
+
+// slot is a pooled task goroutine.
+type slot struct {
+	work chan *pending
+}
+
+func (l *loop) serve(s *slot) {
+	defer l.poolWG.Done()
+	for p := range s.work {
+		l.w.execute(p)
+		l.wg.Done()
+		l.slotDone <- s
+	}
+}
+
+// closePool ends the pooled goroutines once no task is running; a goroutine
+// still stuck in an abandoned handler exits when that handler returns.
+func (l *loop) closePool() {
+	for _, s := range l.slots {
+		close(s.work)
+	}
+	l.slots, l.idle = nil, nil
 }
 
 // dropRevoked removes revoked tasks from the ETA heap and the ready queue
@@ -590,6 +628,9 @@ func (l *loop) background(f func()) {
 // shutdown stops fetching, returns what has not started to the broker and
 // waits for running tasks.
 func (l *loop) shutdown(ctx context.Context, cold bool) error {
+	// Nothing is dispatched from here on: the pooled goroutines may go as
+	// soon as their current task ends.
+	defer l.closePool()
 	w := l.w
 	w.log.Info("worker shutting down", zap.Bool("cold", cold), zap.Int("running", l.running),
 		zap.Int("held", len(l.held)), zap.Int("ready", l.ready.len()))
