@@ -247,6 +247,15 @@ func validDecimalSpecial(s string) bool {
 
 // String returns u in the canonical 8-4-4-4-12 lower-case form, as
 // Python's str(uuid) does.
+// UUID4 makes a version 4 (random) UUID from 16 random bytes, which the
+// caller supplies (protocol reads no random source): the form Celery uses for
+// task ids and kombu for delivery tags.
+func UUID4(random [16]byte) UUID {
+	random[6] = random[6]&0x0f | 0x40
+	random[8] = random[8]&0x3f | 0x80
+	return UUID(random)
+}
+
 func (u UUID) String() string {
 	var b [36]byte
 	hex.Encode(b[0:8], u[0:4])

@@ -131,3 +131,17 @@ func TestToValue(t *testing.T) {
 		t.Error("ToValue output aliases its input")
 	}
 }
+
+func TestUUID4(t *testing.T) {
+	var b [16]byte
+	for i := range b {
+		b[i] = 0xff
+	}
+	u := UUID4(b).String()
+	if u != "ffffffff-ffff-4fff-bfff-ffffffffffff" {
+		t.Fatalf("UUID4(all ones) = %s", u)
+	}
+	if got, err := ParseUUID(u); err != nil || got.String() != u {
+		t.Fatalf("ParseUUID(%s) = %v, %v", u, got, err)
+	}
+}
