@@ -54,7 +54,7 @@ type Config struct {
 	ClientName string
 	// PoolSize bounds the connection pool; default 10 (kombu's
 	// max_connections). Each consumer holds one more connection while it
-	// blocks in BRPOP.
+	// blocks waiting for messages.
 	PoolSize int
 	// DialTimeout bounds connecting; default 5 s.
 	DialTimeout time.Duration
@@ -106,8 +106,10 @@ type Config struct {
 	// VisibilityTimeout/4; negative disables renewal (kombu's behaviour).
 	RenewInterval time.Duration
 
-	// BRPOPTimeout is how long one blocking pop waits when every queue is
-	// empty; default 1 s (kombu's brpop_timeout).
+	// BRPOPTimeout is how long one blocking wait lasts when every queue is
+	// empty; default 1 s (kombu's brpop_timeout). A consumer of several
+	// lists (queues or priority bands) waits at most 100 ms on Redis >= 6.2
+	// (see the package documentation).
 	BRPOPTimeout time.Duration
 	// BatchSize caps how many messages one atomic pop takes (never more than
 	// the free prefetch); default 256, at most 4096.

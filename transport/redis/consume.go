@@ -431,10 +431,20 @@ func (t *Transport) popBatch(order []string, n int) ([]popped, error) {
 	return out, nil
 }
 
-// blockingPop waits up to BRPOPTimeout for a message on any band of any
-// queue (BRPOP, priority-major key order), then records it in unacked as
-// kombu does, with kombu's loss window between the pop and the record.
+// idlePoll bounds how long an idle consumer of several lists waits on the
+// first one before it polls them all again (see awaitMessage).
+const idlePoll = 100 * time.Millisecond
+
+// blockingPop waits for a message when every list was empty. On Redis >=
+// 6.2 it only waits (awaitMessage) and returns nothing: the caller then
+// pops with the atomic script. On older servers it waits up to
+// BRPOPTimeout in BRPOP (priority-major key order) and records the message
+// in unacked as kombu does, with kombu's loss window between the pop and
+// the record.
 func (t *Transport) blockingPop(order []string, stop <-chan struct{}) (*popped, error) {
+	if t.rpopCount {
+		return nil, t.awaitMessage(order)
+	}
 	ctx := context.Background()
 	res, err := t.rdb.BRPop(ctx, t.cfg.BRPOPTimeout, t.keys.consumeOrder(order)...).Result()
 	if errors.Is(err, goredis.Nil) {
@@ -491,6 +501,33 @@ func (t *Transport) blockingPop(order []string, stop <-chan struct{}) (*popped, 
 		return nil, err
 	}
 	return &popped{queue: queue, tag: meta.Tag, exchange: meta.Exchange, routingKey: rk, raw: item}, nil
+}
+
+// awaitMessage blocks until a message may be waiting, without taking it.
+// BRPOP removes a message from its list before the consumer can record it
+// in unacked: a process killed, or a connection cut, between the two loses
+// that message (the fault suite lost tasks to it). BLMOVE of a list onto
+// itself, right end to right end, instead returns as soon as the list
+// holds a message and leaves the list exactly as it was, so nothing is
+// ever in flight outside Redis; the atomic consume script then takes the
+// message. BLMOVE watches a single list: the first in consume order (the
+// default band of the first queue, where Celery's unprioritised tasks go),
+// for BRPOPTimeout when it is the only list, else for at most idlePoll, so
+// that messages on the other lists wait at most that long.
+func (t *Transport) awaitMessage(order []string) error {
+	ks := t.keys.consumeOrder(order)
+	if len(ks) == 0 {
+		return nil
+	}
+	timeout := t.cfg.BRPOPTimeout
+	if len(ks) > 1 {
+		timeout = min(timeout, idlePoll)
+	}
+	err := t.rdb.BLMove(context.Background(), ks[0], ks[0], "RIGHT", "RIGHT", timeout).Err()
+	if errors.Is(err, goredis.Nil) {
+		return nil
+	}
+	return err
 }
 
 func score(t time.Time) string { return strconv.FormatFloat(scoreFloat(t), 'f', 6, 64) }

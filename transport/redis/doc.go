@@ -27,9 +27,17 @@
 // One Lua script pops up to the free prefetch (at most Config.BatchSize)
 // over all queues and bands in kombu's order (band-major, queues rotated
 // round-robin) and records each message in unacked and unacked_index in the
-// same atomic step, so nothing popped is ever unrecorded. Only when every
-// list is empty does the consumer block in BRPOP (Config.BRPOPTimeout) and
-// then record the message as kombu does. Acks from all deliveries are
+// same atomic step, so nothing popped is ever unrecorded. When every list
+// is empty the consumer blocks without popping: BLMOVE of the first list
+// onto itself (right to right, which leaves the list unchanged) returns
+// when a message arrives, and the script then takes it. Unlike kombu's
+// BRPOP, no message is ever out of its list and not yet in unacked, so a
+// worker killed with -9 or a connection cut at any moment loses nothing.
+// BLMOVE watches one list (the first queue's default band, where Celery's
+// unprioritised tasks go); the other lists are polled every 100 ms while
+// idle. Redis before 6.2 has no BLMOVE: there the consumer blocks in BRPOP
+// (Config.BRPOPTimeout) and records the message as kombu does, with
+// kombu's loss window between the two. Acks from all deliveries are
 // group-committed: whatever acks arrive while one MULTI/EXEC is in flight
 // go out together in the next one.
 //

@@ -743,6 +743,8 @@ func TestClosedTransport(t *testing.T) {
 func TestBlockingPopRecordsLikeKombu(t *testing.T) {
 	e := newEnv(t)
 	tr := e.dial(e.config())
+	// The BRPOP path is the one servers before 6.2 take.
+	tr.rpopCount = false
 	ctx := context.Background()
 	c := consume(t, tr, 4, "rt_a", "rt_b")
 	// Wait until the consumer blocks in BRPOP (its client shows up as
@@ -778,4 +780,66 @@ func blockedIn(e *env, cmd string) bool {
 		}
 	}
 	return false
+}
+
+// TestIdleWaitTakesNothing: on Redis >= 6.2 an idle consumer waits in
+// BLMOVE of a list onto itself, which takes no message, so a worker killed
+// or a connection cut while it waits cannot lose one (BRPOP's window); the
+// message that ends the wait is taken and recorded by the atomic script.
+func TestIdleWaitTakesNothing(t *testing.T) {
+	e := newEnv(t)
+	tr := e.dial(e.config())
+	if !tr.rpopCount {
+		t.Skip("Redis before 6.2 has no BLMOVE; the consumer uses BRPOP there")
+	}
+	ctx := context.Background()
+	k := keys{prefix: e.prefix, sep: DefaultSep, steps: []int{0, 3, 6, 9}}
+
+	// The wait itself, with a message present: it returns at once and the
+	// message is still on its list, not in unacked.
+	tag := newTag()
+	envelope := pyEnvelope(tag, "rt_a", 0, 1)
+	e.push("rt_a", 0, envelope)
+	if err := tr.awaitMessage([]string{"rt_a"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.raw.LRange(ctx, k.list("rt_a", 0), 0, -1).Val(); !slices.Equal(got, []string{envelope}) {
+		t.Fatalf("list after the wait = %q, want the message untouched", got)
+	}
+	if n := e.raw.HLen(ctx, e.key("unacked")).Val(); n != 0 {
+		t.Fatalf("unacked holds %d after the wait, want 0", n)
+	}
+
+	// A consumer that blocks waiting, then gets a message pushed.
+	c := consume(t, tr, 4, "rt_a", "rt_b")
+	d := receive(t, c.Deliveries())
+	if d.Tag != tag {
+		t.Fatalf("delivery %s, want %s", d.Tag, tag)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !blockedIn(e, "blmove") {
+		if blockedIn(e, "brpop") {
+			t.Fatal("consumer blocked in BRPOP")
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("consumer never blocked in BLMOVE")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	tag2 := newTag()
+	envelope2 := pyEnvelope(tag2, "rt_b", 9, 1)
+	e.push("rt_b", 9, envelope2)
+	d2 := receive(t, c.Deliveries())
+	if d2.Tag != tag2 || d2.Queue != "rt_b" {
+		t.Fatalf("delivery %s from %s", d2.Tag, d2.Queue)
+	}
+	got := e.raw.HGet(ctx, e.key("unacked"), tag2).Val()
+	if want := "[" + envelope2 + `, "", "rt_b"]`; got != want {
+		t.Fatalf("unacked value mismatch (-want +got):\n%s", cmp.Diff(want, got))
+	}
+	for _, d := range []*transport.Delivery{d, d2} {
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
