@@ -1,0 +1,46 @@
+"""Publisher of celeriac's reliability fault suite (integration/faults_test.go).
+
+Sends N flt.record tasks with Celery's own .delay(), on the queue the Go
+workers consume, printing progress so that the test can follow.
+
+    it_flt_publish.py N
+Environment:
+  IT_BROKER      broker URL
+  IT_QUEUE       queue (also its exchange and routing key, as Celery's default)
+  IT_QUEUE_ARGS  JSON queue arguments (x-dead-letter-exchange on RabbitMQ), or empty
+"""
+import json
+import os
+import sys
+
+from celery import Celery
+from kombu import Exchange, Queue
+
+queue = os.environ["IT_QUEUE"]
+qargs = json.loads(os.environ.get("IT_QUEUE_ARGS") or "{}") or None
+app = Celery("it_flt", broker=os.environ["IT_BROKER"])
+app.conf.update(
+    task_default_queue=queue,
+    task_queues=[Queue(queue, Exchange(queue), routing_key=queue, queue_arguments=qargs)],
+    task_serializer="json",
+    broker_connection_retry_on_startup=True,
+)
+
+
+@app.task(name="flt.record", ignore_result=True)
+def record(key, sleep_ms):
+    raise NotImplementedError("flt.record runs in the Go worker")
+
+
+def main():
+    n = int(sys.argv[1])
+    for i in range(n):
+        # Every 25th task sleeps, so that kills and SIGTERM find tasks running.
+        record.delay(f"k{i}", 40 if i % 25 == 0 else 0)
+        if (i + 1) % 500 == 0 or i + 1 == n:
+            print(f"PUBLISHED {i + 1}", flush=True)
+    print("DONE", flush=True)
+
+
+if __name__ == "__main__":
+    main()
