@@ -674,7 +674,6 @@ func (r *fltRun) leftOnBroker(ctx context.Context) (ready, unacked int) {
 	}
 }
 
-
 // diagnose logs where the tasks whose effect is missing are: still queued,
 // unacked (and since when), or nowhere; and the workers' warnings.
 func (r *fltRun) diagnose(n int, procs ...*fltProc) {
