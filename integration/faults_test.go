@@ -705,6 +705,16 @@ func (r *fltRun) diagnose(n int, procs ...*fltProc) {
 			t.Logf("queued: %s", trim(it, 300))
 		}
 	}
+	if r.kind == "rabbitmq" {
+		out, _ := exec.Command("rabbitmqctl", "list_queues", "-q", "name", "messages_ready", "messages_unacknowledged", "consumers").Output()
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(line, r.queue) {
+				t.Logf("rabbitmq queue (name ready unacked consumers): %s", line)
+			}
+		}
+		out, _ = exec.Command("rabbitmqctl", "list_channels", "-q", "name", "prefetch_count", "messages_unacknowledged", "consumer_count").Output()
+		t.Logf("rabbitmq channels (name prefetch unacked consumers):\n%s", out)
+	}
 	for i, p := range procs {
 		var warn []string
 		for _, line := range strings.Split(p.Log(), "\n") {
