@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/celeriac/celeriac/backend"
+	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/retry"
 	"github.com/celeriac/celeriac/transport"
 )
@@ -104,9 +105,12 @@ type Config struct {
 	// Accept lists accepted content types (accept_content). Default JSON and
 	// msgpack. Pickle is always refused.
 	Accept []string
-	// MaxMessageSize bounds a message body in bytes (default 64 MiB) and
-	// MaxNestingDepth its nesting (default 256). Bigger or deeper messages are
-	// dead-lettered with the reason.
+	// MaxMessageSize bounds a message body in bytes, after decompression
+	// (default 64 MiB), and MaxNestingDepth the nesting of its arrays and
+	// maps (default 256; at most protocol.MaxDepthLimit). Bigger or deeper
+	// messages are refused before they are decoded further and
+	// dead-lettered with reason "too-large" or "too-deep"; FAILURE is stored
+	// for their task id. Negative values are configuration errors.
 	MaxMessageSize  int
 	MaxNestingDepth int
 
@@ -209,6 +213,12 @@ func (c Config) Validate() error {
 	}
 	if c.TimeLimit < 0 || c.SoftTimeLimit < 0 {
 		errs = append(errs, errors.New("worker: negative time limit"))
+	}
+	if c.MaxMessageSize < 0 {
+		errs = append(errs, fmt.Errorf("worker: negative MaxMessageSize %d", c.MaxMessageSize))
+	}
+	if c.MaxNestingDepth < 0 || c.MaxNestingDepth > protocol.MaxDepthLimit {
+		errs = append(errs, fmt.Errorf("worker: MaxNestingDepth %d outside [0, %d]", c.MaxNestingDepth, protocol.MaxDepthLimit))
 	}
 	return errors.Join(errs...)
 }

@@ -52,6 +52,7 @@ type workerFlags struct {
 	softTimeLimit      float64
 	shutdownTimeout    time.Duration
 	maxMessageSize     int
+	maxNestingDepth    int
 	resultExtended     bool
 	trackStarted       bool
 	visibilityTimeout  float64
@@ -91,7 +92,8 @@ A second signal is a cold shutdown.`,
 	fl.Float64Var(&f.timeLimit, "time-limit", 0, "hard time limit in seconds (task_time_limit)")
 	fl.Float64Var(&f.softTimeLimit, "soft-time-limit", 0, "soft time limit in seconds (task_soft_time_limit)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a warm shutdown waits for running tasks")
-	fl.IntVar(&f.maxMessageSize, "max-message-size", 0, "largest accepted message body in bytes (default 64 MiB)")
+	fl.IntVar(&f.maxMessageSize, "max-message-size", 0, "largest accepted message body in bytes (default 64 MiB); larger ones are dead-lettered")
+	fl.IntVar(&f.maxNestingDepth, "max-nesting-depth", 0, "deepest accepted nesting of arrays and maps in a body (default 256); deeper ones are dead-lettered")
 	fl.BoolVar(&f.resultExtended, "result-extended", false, "store name, args, kwargs, worker, retries and queue with results")
 	fl.BoolVar(&f.trackStarted, "track-started", false, "store STARTED when a task starts")
 	fl.Float64Var(&f.visibilityTimeout, "visibility-timeout", 0, "Redis visibility_timeout in seconds (default 3600)")
@@ -115,6 +117,7 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 		SoftTimeLimit:      seconds(f.softTimeLimit),
 		ShutdownTimeout:    f.shutdownTimeout,
 		MaxMessageSize:     f.maxMessageSize,
+		MaxNestingDepth:    f.maxNestingDepth,
 		ResultExtended:     f.resultExtended,
 		TrackStarted:       f.trackStarted,
 		ETATaskLimit:       f.etaTaskLimit,
