@@ -419,10 +419,14 @@ type publisher struct {
 }
 
 func (r *fltRun) startPublisher(n int) *publisher {
-	t := r.t
 	qa, _ := json.Marshal(r.qargs)
+	return startFltPublisher(r.t, n, map[string]string{"IT_BROKER": r.broker, "IT_QUEUE": r.queue, "IT_QUEUE_ARGS": string(qa)})
+}
+
+// startFltPublisher starts it_flt_publish.py in the background.
+func startFltPublisher(t *testing.T, n int, env map[string]string) *publisher {
 	cmd := exec.Command(pythonBin(t), "testdata/py/it_flt_publish.py", strconv.Itoa(n))
-	cmd.Env = pyEnv(map[string]string{"IT_BROKER": r.broker, "IT_QUEUE": r.queue, "IT_QUEUE_ARGS": string(qa)})
+	cmd.Env = pyEnv(env)
 	p := &publisher{cmd: cmd, done: make(chan struct{})}
 	pr, pw, err := os.Pipe()
 	if err != nil {
