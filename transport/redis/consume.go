@@ -519,11 +519,17 @@ func (t *Transport) awaitMessage(order []string) error {
 	if len(ks) == 0 {
 		return nil
 	}
-	timeout := t.cfg.BRPOPTimeout
-	if len(ks) > 1 {
-		timeout = min(timeout, idlePoll)
+	ctx := context.Background()
+	var err error
+	if len(ks) > 1 && t.cfg.BRPOPTimeout > idlePoll {
+		// go-redis's BLMove rounds its timeout to whole seconds (and logs
+		// that it did); the server takes fractions. idlePoll is well within
+		// the client's read timeout.
+		err = t.rdb.Do(ctx, "BLMOVE", ks[0], ks[0], "RIGHT", "RIGHT",
+			strconv.FormatFloat(idlePoll.Seconds(), 'f', 3, 64)).Err()
+	} else {
+		err = t.rdb.BLMove(ctx, ks[0], ks[0], "RIGHT", "RIGHT", t.cfg.BRPOPTimeout).Err()
 	}
-	err := t.rdb.BLMove(context.Background(), ks[0], ks[0], "RIGHT", "RIGHT", timeout).Err()
 	if errors.Is(err, goredis.Nil) {
 		return nil
 	}
