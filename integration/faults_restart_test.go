@@ -108,6 +108,6 @@ func runRestart(t *testing.T, kind, broker string, restart func()) {
 		t.Errorf("worker after SIGTERM: %v\n%s", err, tail(w.Log(), 40))
 	}
 	t.Logf("COUNTS %s restart: %d tasks, %d effects (exactly once each), %d deliveries, %d tasks ran more than once, "+
-		"%d deliveries flagged redelivered (what was unacked came back); one worker process throughout",
+		"%d deliveries flagged redelivered (unacked messages returned by the broker; on Redis the worker keeps what it holds and acks it after reconnecting); one worker process throughout",
 		kind, n, count(), total, again, flagged)
 }

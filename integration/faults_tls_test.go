@@ -89,7 +89,7 @@ print("OK", len(rs))
 		t.Fatalf("python: %s", out)
 	}
 	if err := w.Term(60 * time.Second); err != nil {
-		t.Errorf("worker after SIGTERM: %v", err)
+		t.Errorf("worker after SIGTERM: %v\n%s", err, w.Log())
 	}
 	log := w.Log()
 	if strings.HasPrefix(broker, "amqps") && !strings.Contains(log, "reconnecting") {

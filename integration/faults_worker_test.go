@@ -190,6 +190,7 @@ func runFltWorker(c fltWorkerConfig) error {
 		// The effect store is another server than the broker: keep trying
 		// while it is briefly unreachable rather than fail the task.
 		var first int64
+		var err error // not runFltWorker's: handlers run concurrently
 		for attempt := 0; ; attempt++ {
 			first, err = recordScript.Run(context.WithoutCancel(ctx), effects,
 				[]string{keys.deliveries, keys.effects, keys.effectCount, keys.redelivered}, key, redelivered).Int64()
