@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -18,13 +19,14 @@ import (
 
 // The dead-letter store reads the queue that the task queue's dead-letter
 // exchange routes to, Config.DeadLetterQueue(queue) (queue+".dlq" by
-// default). The transport does not create that topology: declare the task
-// queue with x-dead-letter-exchange (Config.QueueArguments or the queue's
-// Arguments, equal to what Python declares) and bind the dead-letter queue
-// to that exchange. A dead-letter queue may collect several task queues'
-// dead letters: messages are attributed to a task queue by RabbitMQ's
-// x-death header (a message without one is attributed to the queue asked
-// for).
+// default). The transport creates that topology only when asked
+// (Transport.DeclareDeadLetter); attaching the exchange to the task queue is
+// the user's choice: x-dead-letter-exchange in the queue's declaration
+// arguments (Config.QueueArguments or the queue's Arguments, equal to what
+// Python declares), or a RabbitMQ policy. A dead-letter queue may collect
+// several task queues' dead letters: messages are attributed to a task queue
+// by RabbitMQ's x-death header (a message without one is attributed to the
+// queue asked for).
 //
 // Dead messages are read with basic.get without acknowledgement and
 // returned to the dead-letter queue by closing the channel, so listing
@@ -37,6 +39,59 @@ import (
 // "maxlen") with the time of death from x-death.
 
 var _ transport.DeadLetterStore = (*Transport)(nil)
+
+// ArgDeadLetterExchange is the queue argument that names a queue's
+// dead-letter exchange; "dead-letter-exchange" is its name in a RabbitMQ
+// policy definition.
+const ArgDeadLetterExchange = "x-dead-letter-exchange"
+
+// DeadLetterExchange is the name of the exchange [Transport.DeclareDeadLetter]
+// declares for a task queue: queue+".dlx".
+func DeadLetterExchange(queue string) string { return queue + ".dlx" }
+
+// DeclareDeadLetter declares the dead-letter topology of a task queue: a
+// durable fanout exchange [DeadLetterExchange](queue) and the durable queue
+// Config.DeadLetterQueue(queue) (queue+".dlq") bound to it. It is idempotent,
+// and the queue's dead letters keep every header, so [Transport.DeadLetters]
+// attributes them by x-death.
+//
+// It does not change the task queue, whose arguments RabbitMQ never lets a
+// redeclaration change. It returns the arguments that attach the exchange,
+// {"x-dead-letter-exchange": DeadLetterExchange(queue)}, for one of the two
+// ways to do it:
+//
+//   - at declaration, in Config.QueueArguments (worker.Config.QueueArguments
+//     for one queue) and in every Python app that declares the queue
+//     (Queue(..., queue_arguments=...)), since RabbitMQ refuses a declaration
+//     whose arguments differ (406 PRECONDITION_FAILED);
+//   - with a policy on the existing queue, which needs no redeclaration and
+//     no change to Python:
+//     rabbitmqctl set_policy NAME '^queue$' '{"dead-letter-exchange":"queue.dlx"}' --apply-to queues
+//
+// A fanout exchange routes whatever routing key the message died with (the
+// queue name, or the key a Python producer used on another exchange).
+func (t *Transport) DeclareDeadLetter(ctx context.Context, queue string) (map[string]any, error) {
+	if queue == "" {
+		return nil, errors.New("amqp: DeclareDeadLetter: empty queue name")
+	}
+	x, dlq := DeadLetterExchange(queue), t.s.DeadLetterQueue(queue)
+	err := t.withPubChannel(ctx, func(ch *amqp091.Channel) error {
+		if err := ch.ExchangeDeclare(x, amqp091.ExchangeFanout, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("exchange %q: %w", x, err)
+		}
+		if _, err := ch.QueueDeclare(dlq, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("queue %q: %w", dlq, err)
+		}
+		if err := ch.QueueBind(dlq, "", x, false, nil); err != nil {
+			return fmt.Errorf("bind %q to %q: %w", dlq, x, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("amqp: dead-letter topology of %q: %w", queue, err)
+	}
+	return map[string]any{ArgDeadLetterExchange: x}, nil
+}
 
 // DeadLetters implements transport.DeadLetterStore.
 func (t *Transport) DeadLetters(ctx context.Context, queue string, limit int) ([]transport.DeadMessage, error) {
