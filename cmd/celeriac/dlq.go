@@ -1,9 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -11,6 +16,8 @@ import (
 
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
+	amqptransport "github.com/celeriac/celeriac/transport/amqp"
+	redistransport "github.com/celeriac/celeriac/transport/redis"
 )
 
 func newDLQCmd(g *globalFlags) *cobra.Command {
@@ -48,7 +55,9 @@ celeriac's dead-letter list for the queue.`,
 	}
 	list.Flags().IntVar(&limit, "limit", 100, "how many to list (0: all)")
 	show := &cobra.Command{
-		Use:   "show QUEUE ID",
+		Use: "show QUEUE ID",
+		Long: `Show one dead letter in full. ID is what list prints first (the task id on
+RabbitMQ, the delivery tag on Redis) or the task id.`,
 		Short: "Show one dead letter in full (headers, properties, body, reason)",
 		Args:  args(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, a []string) error {
@@ -58,7 +67,7 @@ celeriac's dead-letter list for the queue.`,
 					return err
 				}
 				for _, m := range msgs {
-					if m.ID != a[1] {
+					if m.ID != a[1] && (deadTaskID(m) != a[1] || a[1] == "") {
 						continue
 					}
 					doc := map[string]any{
@@ -86,11 +95,22 @@ celeriac's dead-letter list for the queue.`,
 		Short: "Move dead letters back to their queue (all of them when no ID is given)",
 		Long: `Move dead letters back to the queue they came from. A message leaves the dead
 letters only after it is safely back in its queue, so an interrupted replay
-loses nothing (at worst a message is in both places).`,
+loses nothing (at worst a message is in both places). Each ID is what list
+prints first or a task id; an ID that names no dead letter is an error and
+nothing is replayed.
+
+The retries header is kept unless --reset-retries: a task that had used up its
+max_retries then gets one attempt and, if it fails again, is dead again.`,
+		Example: `  celeriac dlq replay celery                      # all of them
+  celeriac dlq replay --reset-retries celery 3f0c...  # one, with a new retry budget`,
 		Args: args(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return withDLQ(cmd, g, func(s transport.DeadLetterStore) error {
-				n, err := s.Replay(cmd.Context(), a[0], a[1:], transport.ReplayOptions{ResetRetries: reset})
+				ids, err := resolveIDs(cmd.Context(), s, a[0], a[1:])
+				if err != nil {
+					return err
+				}
+				n, err := s.Replay(cmd.Context(), a[0], ids, transport.ReplayOptions{ResetRetries: reset})
 				fmt.Fprintf(cmd.OutOrStdout(), "replayed %d message(s) to %s\n", n, a[0])
 				return err
 			})
@@ -103,14 +123,126 @@ loses nothing (at worst a message is in both places).`,
 		Args:  args(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return withDLQ(cmd, g, func(s transport.DeadLetterStore) error {
-				n, err := s.PurgeDead(cmd.Context(), a[0], a[1:])
+				ids, err := resolveIDs(cmd.Context(), s, a[0], a[1:])
+				if err != nil {
+					return err
+				}
+				n, err := s.PurgeDead(cmd.Context(), a[0], ids)
 				fmt.Fprintf(cmd.OutOrStdout(), "purged %d dead letter(s) of %s\n", n, a[0])
 				return err
 			})
 		},
 	}
-	cmd.AddCommand(list, show, replay, purge)
+	setup := &cobra.Command{
+		Use:   "setup QUEUE...",
+		Short: "Declare the dead-letter exchange and queue of task queues (RabbitMQ)",
+		Long: `Declare, for each task queue, the dead-letter exchange <queue>.dlx (a durable
+fanout) and the dead-letter queue <queue>.dlq bound to it, then print the two
+ways to attach the exchange to the queue. Setup does not change the task
+queue: RabbitMQ never lets a declaration change an existing queue's arguments.
+
+  1. Queue arguments at declaration: x-dead-letter-exchange in celeriac's
+     config file ("celeriac_queue_arguments") and in every Python app that
+     declares the queue (Queue(..., queue_arguments=...)); they must match,
+     or RabbitMQ refuses the declaration (406 PRECONDITION_FAILED).
+  2. A policy on the existing queue (rabbitmqctl set_policy): nothing to
+     redeclare, Python unchanged.
+
+Redis needs no setup: dead letters go to celeriac's list for the queue.`,
+		Example: `  celeriac -b amqp://guest:guest@localhost// dlq setup celery`,
+		Args:    args(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			conn, err := g.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			out := cmd.OutOrStdout()
+			tr, ok := conn.Transport.(*amqptransport.Transport)
+			if !ok {
+				o := g.options()
+				for _, q := range a {
+					fmt.Fprintf(out, "%s: nothing to set up on %s; dead letters go to the list %q\n",
+						q, conn.BrokerScheme, o.GlobalKeyPrefix+redistransport.DefaultDeadLetterPrefix+q)
+				}
+				return nil
+			}
+			for _, q := range a {
+				qargs, err := tr.DeclareDeadLetter(cmd.Context(), q)
+				if err != nil {
+					return err
+				}
+				printSetup(out, q, tr.DeadLetterQueue(q), qargs)
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(list, show, replay, purge, setup)
 	return cmd
+}
+
+// printSetup tells how to attach the dead-letter exchange that setup
+// declared for q.
+func printSetup(out io.Writer, q, dlq string, qargs map[string]any) {
+	x, _ := qargs[amqptransport.ArgDeadLetterExchange].(string)
+	argsJSON, _ := json.Marshal(qargs)
+	cfgJSON, _ := json.Marshal(map[string]any{"celeriac_queue_arguments": map[string]any{q: qargs}})
+	polJSON, _ := json.Marshal(map[string]string{"dead-letter-exchange": x})
+	fmt.Fprintf(out, "declared exchange %s (fanout) and queue %s bound to it; attach it to %s with either:\n", x, dlq, q)
+	fmt.Fprintf(out, "  queue arguments at declaration, the same wherever %s is declared:\n", q)
+	fmt.Fprintf(out, "    celeriac --config file: %s\n", cfgJSON)
+	fmt.Fprintf(out, "    Python: Queue(%s, Exchange(%[1]s), routing_key=%[1]s, queue_arguments=%s)\n", strconv.Quote(q), argsJSON)
+	fmt.Fprintf(out, "  or a policy on the existing queue:\n")
+	fmt.Fprintf(out, "    rabbitmqctl set_policy %s %s %s --apply-to queues\n",
+		shellQuote(q+"-dlx"), shellQuote("^"+regexp.QuoteMeta(q)+"$"), shellQuote(string(polJSON)))
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// resolveIDs maps the IDs of the command line to the store's IDs. A dead
+// letter is named by its store ID (what list prints first: the task id on
+// RabbitMQ, the delivery tag on Redis) or by its task id, so the same
+// command works on both brokers. Every ID must name a dead letter: an empty
+// result would mean "all" to Replay and PurgeDead.
+func resolveIDs(ctx context.Context, s transport.DeadLetterStore, queue string, given []string) ([]string, error) {
+	if len(given) == 0 {
+		return nil, nil
+	}
+	msgs, err := s.DeadLetters(ctx, queue, 0)
+	if err != nil {
+		return nil, err
+	}
+	var ids, missing []string
+	for _, want := range given {
+		found := false
+		for _, m := range msgs {
+			if want == "" || m.ID == "" || (m.ID != want && deadTaskID(m) != want) {
+				continue
+			}
+			found = true
+			if !slices.Contains(ids, m.ID) {
+				ids = append(ids, m.ID)
+			}
+		}
+		if !found {
+			missing = append(missing, strconv.Quote(want))
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("no dead letter %s in %s; nothing done", strings.Join(missing, ", "), queue)
+	}
+	return ids, nil
+}
+
+// deadTaskID is the task id of a dead letter: the one recorded with it, else
+// the message's id header.
+func deadTaskID(m transport.DeadMessage) string {
+	if m.Reason.TaskID != "" {
+		return m.Reason.TaskID
+	}
+	id, _ := m.Message.Headers["id"].(string)
+	return id
 }
 
 func withDLQ(cmd *cobra.Command, g *globalFlags, f func(transport.DeadLetterStore) error) error {

@@ -49,6 +49,10 @@ const ArgDeadLetterExchange = "x-dead-letter-exchange"
 // declares for a task queue: queue+".dlx".
 func DeadLetterExchange(queue string) string { return queue + ".dlx" }
 
+// DeadLetterQueue returns the name of the queue that holds the dead letters
+// of a task queue: Config.DeadLetterQueue(queue), queue+".dlq" by default.
+func (t *Transport) DeadLetterQueue(queue string) string { return t.s.DeadLetterQueue(queue) }
+
 // DeclareDeadLetter declares the dead-letter topology of a task queue: a
 // durable fanout exchange [DeadLetterExchange](queue) and the durable queue
 // Config.DeadLetterQueue(queue) (queue+".dlq") bound to it. It is idempotent,
