@@ -53,3 +53,28 @@ func ExampleTransport_Publish() {
 		log.Fatal(err)
 	}
 }
+
+// Giving a task queue a dead-letter exchange: declare the exchange and the
+// .dlq queue, then declare the task queue with the returned argument (Python
+// must declare it with the same queue_arguments), or attach the exchange with
+// a RabbitMQ policy instead. (It needs a broker, so it only compiles.)
+func ExampleTransport_DeclareDeadLetter() {
+	ctx := context.Background()
+	tr, err := amqptransport.Dial(ctx, amqptransport.Config{URL: "amqp://guest:guest@localhost:5672//"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tr.Close()
+	args, err := tr.DeclareDeadLetter(ctx, "celery") // celery.dlx → celery.dlq
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := tr.Consume(ctx, []transport.Queue{{Name: "celery", Arguments: args}}, transport.ConsumeOptions{Prefetch: 16})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for d := range c.Deliveries() {
+		// A message this worker gives up on goes to celery.dlq, with x-death.
+		_ = d.DeadLetter(ctx, transport.DeadLetterReason{Reason: "permanent"})
+	}
+}
