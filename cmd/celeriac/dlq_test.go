@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -417,4 +418,79 @@ func TestDLQReplayFailureLosesNothing(t *testing.T) {
 			t.Errorf("%d messages back in %s, want 2", n, q)
 		}
 	})
+}
+
+// TestWorkerConfigFileDeadLetterExchange runs `celeriac worker` with the
+// queue argument that `dlq setup` prints in its --config file, and checks
+// that a failed acks_late task ends in the dead-letter queue.
+func TestWorkerConfigFileDeadLetterExchange(t *testing.T) {
+	e := newDLQEnv(t, transporttest.AMQPURL(t))
+	q := e.queue
+	mustCLI(t, "-b", e.broker, "dlq", "setup", q)
+	cfg, err := json.Marshal(map[string]any{
+		"broker_url":               e.broker,
+		"task_acks_late":           true,
+		"celeriac_queue_arguments": map[string]any{q: map[string]any{"x-dead-letter-exchange": q + ".dlx"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := t.TempDir() + "/celeriac.json"
+	if err := os.WriteFile(file, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan int, 1)
+	var out, errb bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"--config", file, "--loglevel", "error", "worker", "-Q", q, "-c", "1", "--without-heartbeat"}, &out, &errb)
+	}()
+	waitConsumer(t, e.broker, q)
+	m, err := protocol.EncodeTask(&protocol.TaskMessage{ID: "rt6-cfg", Name: "tasks.fail", Args: []any{"boom"}, Kwargs: map[string]any{}},
+		protocol.EncodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.conn.Transport.Publish(e.ctx(), &transport.Publishing{RoutingKey: q, Message: *m}); err != nil {
+		t.Fatal(err)
+	}
+	// Without the argument the broker would drop the rejected message and
+	// this would wait in vain.
+	dead := e.waitDead(1)
+	if deaths, _ := dead[0].Message.Headers["x-death"].([]any); dead[0].ID != "rt6-cfg" || len(deaths) != 1 || dead[0].Reason.Reason != "rejected" {
+		t.Errorf("dead letter %s: reason %q, x-death %v", dead[0].ID, dead[0].Reason.Reason, dead[0].Message.Headers["x-death"])
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("worker exit %d: %s", code, errb.String())
+	}
+}
+
+// waitConsumer waits until a RabbitMQ queue has a consumer.
+func waitConsumer(t *testing.T, broker, q string) {
+	t.Helper()
+	conn, err := amqp091.Dial(broker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	deadline := time.Now().Add(waitBound)
+	for {
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		if err == nil {
+			_ = ch.Close()
+			if st.Consumers > 0 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no consumer on %s: %v", q, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
