@@ -26,6 +26,7 @@ type settings struct {
 	TaskDefaultQueue       string                    `json:"task_default_queue"`
 	TaskQueues             []string                  `json:"task_queues"`
 	TaskAcksLate           *bool                     `json:"task_acks_late"`
+	TaskAcksOnFailure      *bool                     `json:"task_acks_on_failure_or_timeout"`
 	TaskTrackStarted       *bool                     `json:"task_track_started"`
 	TaskTimeLimit          *float64                  `json:"task_time_limit"`
 	TaskSoftTimeLimit      *float64                  `json:"task_soft_time_limit"`

@@ -421,49 +421,97 @@ func TestDLQReplayFailureLosesNothing(t *testing.T) {
 }
 
 // TestWorkerConfigFileDeadLetterExchange runs `celeriac worker` with the
-// queue argument that `dlq setup` prints in its --config file, and checks
-// that a failed acks_late task ends in the dead-letter queue.
+// queue argument that `dlq setup` prints in its --config file: a failed
+// acks_late task ends in the dead-letter queue, unless Celery's
+// task_acks_on_failure_or_timeout asks for a plain ack.
 func TestWorkerConfigFileDeadLetterExchange(t *testing.T) {
-	e := newDLQEnv(t, transporttest.AMQPURL(t))
-	q := e.queue
-	mustCLI(t, "-b", e.broker, "dlq", "setup", q)
-	cfg, err := json.Marshal(map[string]any{
-		"broker_url":               e.broker,
-		"task_acks_late":           true,
-		"celeriac_queue_arguments": map[string]any{q: map[string]any{"x-dead-letter-exchange": q + ".dlx"}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := t.TempDir() + "/celeriac.json"
-	if err := os.WriteFile(file, cfg, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan int, 1)
-	var out, errb bytes.Buffer
-	go func() {
-		done <- run(ctx, []string{"--config", file, "--loglevel", "error", "worker", "-Q", q, "-c", "1", "--without-heartbeat"}, &out, &errb)
-	}()
-	waitConsumer(t, e.broker, q)
-	m, err := protocol.EncodeTask(&protocol.TaskMessage{ID: "rt6-cfg", Name: "tasks.fail", Args: []any{"boom"}, Kwargs: map[string]any{}},
-		protocol.EncodeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.conn.Transport.Publish(e.ctx(), &transport.Publishing{RoutingKey: q, Message: *m}); err != nil {
-		t.Fatal(err)
-	}
-	// Without the argument the broker would drop the rejected message and
-	// this would wait in vain.
-	dead := e.waitDead(1)
-	if deaths, _ := dead[0].Message.Headers["x-death"].([]any); dead[0].ID != "rt6-cfg" || len(deaths) != 1 || dead[0].Reason.Reason != "rejected" {
-		t.Errorf("dead letter %s: reason %q, x-death %v", dead[0].ID, dead[0].Reason.Reason, dead[0].Message.Headers["x-death"])
-	}
-	cancel()
-	if code := <-done; code != exitOK {
-		t.Fatalf("worker exit %d: %s", code, errb.String())
+	for _, tc := range []struct {
+		name         string
+		ackOnFailure any // task_acks_on_failure_or_timeout; nil: unset
+		wantDead     bool
+	}{
+		{"default", nil, true},
+		{"acks_on_failure_false", false, true},
+		{"acks_on_failure_true", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newDLQEnv(t, transporttest.AMQPURL(t))
+			q := e.queue
+			backend := transporttest.RedisURL(t, redisDB)
+			id := "rt6-cfg-" + q
+			mustCLI(t, "-b", e.broker, "dlq", "setup", q)
+			settings := map[string]any{
+				"broker_url":               e.broker,
+				"result_backend":           backend,
+				"task_acks_late":           true,
+				"celeriac_queue_arguments": map[string]any{q: map[string]any{"x-dead-letter-exchange": q + ".dlx"}},
+			}
+			if tc.ackOnFailure != nil {
+				settings["task_acks_on_failure_or_timeout"] = tc.ackOnFailure
+			}
+			cfg, err := json.Marshal(settings)
+			if err != nil {
+				t.Fatal(err)
+			}
+			file := t.TempDir() + "/celeriac.json"
+			if err := os.WriteFile(file, cfg, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			opt, err := goredis.ParseURL(backend)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rdb := goredis.NewClient(opt)
+			defer rdb.Close()
+			t.Cleanup(func() { rdb.Del(context.Background(), "celery-task-meta-"+id) })
+
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			done := make(chan int, 1)
+			var out, errb bytes.Buffer
+			go func() {
+				done <- run(ctx, []string{"--config", file, "--loglevel", "critical", "worker", "-Q", q, "-c", "1", "--without-heartbeat"}, &out, &errb)
+			}()
+			waitConsumer(t, e.broker, q)
+			m, err := protocol.EncodeTask(&protocol.TaskMessage{ID: id, Name: "tasks.fail", Args: []any{"boom"}, Kwargs: map[string]any{}},
+				protocol.EncodeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.conn.Transport.Publish(e.ctx(), &transport.Publishing{RoutingKey: q, Message: *m}); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(waitBound)
+			for {
+				doc, _ := rdb.Get(e.ctx(), "celery-task-meta-"+id).Result()
+				if strings.Contains(doc, `"FAILURE"`) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no FAILURE stored for %s: %q", id, doc)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			// A warm shutdown waits for the task to be settled; a message
+			// still unsettled would come back to the queue.
+			cancel()
+			if code := <-done; code != exitOK {
+				t.Fatalf("worker exit %d: %s", code, errb.String())
+			}
+			if tc.wantDead {
+				// Without the argument the broker would drop the rejected
+				// message and this would wait in vain.
+				dead := e.waitDead(1)
+				if deaths, _ := dead[0].Message.Headers["x-death"].([]any); dead[0].ID != id || len(deaths) != 1 || dead[0].Reason.Reason != "rejected" {
+					t.Errorf("dead letter %s: reason %q, x-death %v", dead[0].ID, dead[0].Reason.Reason, dead[0].Message.Headers["x-death"])
+				}
+			} else if dead := e.waitDead(0); len(dead) != 0 {
+				t.Errorf("dead letters %v, want none (acknowledged)", dead)
+			}
+			if n := e.ready(); n != 0 {
+				t.Errorf("%d messages left in %s", n, q)
+			}
+		})
 	}
 }
 

@@ -146,6 +146,12 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 	if !cfg.AcksLate && file.TaskAcksLate != nil {
 		cfg.AcksLate = *file.TaskAcksLate
 	}
+	if file.TaskAcksOnFailure != nil {
+		// Celery acknowledges a failed acks_late message (true, its
+		// default); celeriac's default dead-letters it.
+		dead := !*file.TaskAcksOnFailure
+		cfg.DeadLetterOnFailure = &dead
+	}
 	if !cfg.SendTaskEvents && file.WorkerSendTaskEvents != nil {
 		cfg.SendTaskEvents = *file.WorkerSendTaskEvents
 	}
