@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -856,6 +857,12 @@ func TestRetryDeadLetterPolicy(t *testing.T) {
 	bc := brokerCase{"rabbitmq", amqpURL(t), redisDBURL(t, rt6RedisDB)}
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
 		unavailable(t, "rabbitmqctl not found: %v", err)
+	}
+	// rabbitmqctl manages the local node only.
+	if u, err := url.Parse(bc.broker); err != nil {
+		t.Fatalf("broker URL: %v", err)
+	} else if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" {
+		t.Skipf("the broker %s is not the local node rabbitmqctl manages", u.Redacted())
 	}
 	e := newRT6(t, bc, "policy")
 	e.dlqSetup(e.queue)
