@@ -462,8 +462,10 @@ func TestWorkerConfigFileDeadLetterExchange(t *testing.T) {
 				t.Fatal(err)
 			}
 			rdb := goredis.NewClient(opt)
-			defer rdb.Close()
-			t.Cleanup(func() { rdb.Del(context.Background(), "celery-task-meta-"+id) })
+			t.Cleanup(func() {
+				rdb.Del(context.Background(), "celery-task-meta-"+id)
+				rdb.Close()
+			})
 
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
