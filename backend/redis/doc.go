@@ -20,6 +20,18 @@
 // on_chord_part_return sequence in one script, so Go and Python workers can
 // share the header tasks of one chord and exactly one of them fires the body.
 //
+// # Global rate limits
+//
+// [Backend.Reserve] implements backend.RateLimiter, the limit the worker
+// applies to tasks registered with worker.GlobalRateLimit: a token bucket
+// per name under <GlobalKeyPrefix>celeriac.ratelimit.<name>, a hash of the
+// token count and the time (µs) it was stored. One script per reservation
+// adds the refill since then by Redis's clock (TIME, so all workers share
+// one clock), takes a token, may leave the count below zero (the caller
+// waits for the debt to be paid back: debt/rate) and sets a TTL after which
+// the idle bucket, full again, vanishes. Nothing refills buckets in the
+// background.
+//
 // # Serializer
 //
 // The backend stores no content type: a Python client decodes results with

@@ -30,6 +30,7 @@ type Backend struct {
 	storeScript *goredis.Script
 	chordScript *goredis.Script
 	idem        idemScripts
+	rateScript  *goredis.Script
 
 	// mu guards closed; inflight counts calls that passed the closed check,
 	// so that Close can wait for them before closing the client.
@@ -69,6 +70,7 @@ func New(cfg Config) (*Backend, error) {
 		storeScript: goredis.NewScript(storeLua),
 		chordScript: goredis.NewScript(chordLua),
 		idem:        newIdemScripts(),
+		rateScript:  goredis.NewScript(rateLimitLua),
 	}, nil
 }
 
