@@ -18,6 +18,14 @@
 //	mux.Handle("payments.charge", worker.Idempotent(worker.IdempotencyOptions{
 //		Store: c.Idempotency, Key: orderID})(charge))
 //
+// Global rate limits (worker.GlobalRateLimit) need a limiter every worker
+// shares: Conn.RateLimiter, for worker.Config.GlobalRateLimiter. It is the
+// Redis result backend itself (its token buckets live next to the results),
+// or the Redis server Options.RateLimitURL names
+// (CELERIAC_RATE_LIMIT_URL), which any broker or backend can be combined
+// with; memory:// there, or a memory:// result backend, limits one process
+// only. Otherwise it is nil, and global limits are not enforced.
+//
 // connect is, with cmd, examples and integration, the only place that
 // imports the adapters; the worker itself depends on the contracts only.
 package connect
@@ -57,6 +65,13 @@ type Options struct {
 	GlobalKeyPrefix    string
 	QueueOrderStrategy string
 
+	// RateLimitURL is the Redis server of the global rate limits
+	// (redis://, rediss://, sentinel://), or memory:// for limits within
+	// this process. Empty means the result backend when it is Redis or
+	// memory://, else none. It is celeriac's own setting; Celery has no
+	// global rate limit.
+	RateLimitURL string
+
 	// ResultExpires is result_expires (default 1 day); ResultSerializer is
 	// result_serializer (default json).
 	ResultExpires    time.Duration
@@ -74,14 +89,18 @@ type Options struct {
 	Broker *memory.Broker
 }
 
-// FromEnv fills BrokerURL and ResultBackend from CELERY_BROKER_URL and
-// CELERY_RESULT_BACKEND when they are empty.
+// FromEnv fills BrokerURL, ResultBackend and RateLimitURL from
+// CELERY_BROKER_URL, CELERY_RESULT_BACKEND and CELERIAC_RATE_LIMIT_URL when
+// they are empty.
 func FromEnv(o Options) Options {
 	if o.BrokerURL == "" {
 		o.BrokerURL = os.Getenv("CELERY_BROKER_URL")
 	}
 	if o.ResultBackend == "" {
 		o.ResultBackend = os.Getenv("CELERY_RESULT_BACKEND")
+	}
+	if o.RateLimitURL == "" {
+		o.RateLimitURL = os.Getenv("CELERIAC_RATE_LIMIT_URL")
 	}
 	return o
 }
@@ -99,11 +118,21 @@ type Conn struct {
 	Idempotency backend.IdempotencyStore
 	// BrokerScheme is the broker kind: "amqp", "redis" or "memory".
 	BrokerScheme string
+	// RateLimiter enforces global rate limits (see the package doc); nil
+	// when none is configured.
+	RateLimiter backend.RateLimiter
+
+	// limiterConn is the connection opened for RateLimitURL alone.
+	limiterConn backend.Backend
 }
 
-// Close closes the backend, then the transport.
+// Close closes the rate limiter's own connection, the backend, then the
+// transport.
 func (c *Conn) Close() error {
 	var errs []error
+	if c.limiterConn != nil {
+		errs = append(errs, c.limiterConn.Close())
+	}
 	if c.Backend != nil {
 		errs = append(errs, c.Backend.Close())
 	}
@@ -137,7 +166,46 @@ func Open(ctx context.Context, o Options) (*Conn, error) {
 		// store is shared by everything that can share its results.
 		c.Idempotency = membackend.NewIdempotency()
 	}
+	if err := openRateLimiter(ctx, o, c); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return c, nil
+}
+
+// openRateLimiter sets c.RateLimiter from o.RateLimitURL, else from the
+// result backend.
+func openRateLimiter(ctx context.Context, o Options, c *Conn) error {
+	raw := strings.TrimSpace(o.RateLimitURL)
+	switch s := Scheme(raw); s {
+	case "":
+		if raw != "" {
+			return fmt.Errorf("connect: rate limit URL %q is not a URL", Redact(raw))
+		}
+		switch be := c.Backend.(type) {
+		case backend.RateLimiter:
+			c.RateLimiter = be
+		case *membackend.Backend:
+			c.RateLimiter = membackend.NewRateLimiter()
+		}
+		return nil
+	case "memory":
+		c.RateLimiter = membackend.NewRateLimiter()
+		return nil
+	case "redis", "rediss", "sentinel":
+		be, err := redisbackend.New(redisbackend.Config{URL: raw, TLSConfig: o.TLS, Logger: o.Logger})
+		if err != nil {
+			return fmt.Errorf("connect: rate limit URL %s: %w", Redact(raw), err)
+		}
+		if err := be.Ping(ctx); err != nil {
+			be.Close()
+			return fmt.Errorf("connect: rate limit URL %s: %w", Redact(raw), err)
+		}
+		c.limiterConn, c.RateLimiter = be, be
+		return nil
+	default:
+		return fmt.Errorf("connect: unsupported rate limit URL scheme %q in %s (want redis://, rediss://, sentinel:// or memory://)", s, Redact(raw))
+	}
 }
 
 // Scheme returns a URL's scheme, lower-cased, for the first of several
