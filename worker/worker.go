@@ -88,10 +88,17 @@ func New(tr transport.Transport, mux *Mux, cfg Config) (*Worker, error) {
 		routes[k] = v
 	}
 	for _, name := range mux.Names() {
-		if o, _ := mux.options(name); o.Queue != "" {
+		o, _ := mux.options(name)
+		if o.Queue != "" {
 			if _, ok := routes[name]; !ok {
 				routes[name] = o.Queue
 			}
+		}
+		if !o.globalRate.IsZero() && cfg.GlobalRateLimiter == nil {
+			// Not an error, so that a single-process setup still runs, but
+			// a cap that silently does nothing must show up in the log.
+			w.log.Warn("task has a global rate limit but Config.GlobalRateLimiter is nil: the limit is not enforced",
+				zap.String("task_name", name), zap.String("global_rate_limit", o.GlobalRateLimit))
 		}
 	}
 	w.producer = NewProducer(tr, ProducerConfig{
