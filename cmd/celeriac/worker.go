@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -59,6 +60,10 @@ type workerFlags struct {
 	globalKeyPrefix    string
 	etaTaskLimit       int
 	metricsAddr        string
+	rateLimits         []string
+	globalRateLimits   []string
+	globalRateBurst    int
+	rateLimitURL       string
 }
 
 func newWorkerCmd(g *globalFlags) *cobra.Command {
@@ -100,6 +105,10 @@ A second signal is a cold shutdown.`,
 	fl.StringVar(&f.globalKeyPrefix, "global-keyprefix", "", "Redis global_keyprefix")
 	fl.IntVar(&f.etaTaskLimit, "eta-task-limit", 0, "worker_eta_task_limit (default 10000)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :9808)")
+	fl.StringArrayVar(&f.rateLimits, "rate-limit", nil, "per-worker rate limit of a task, as Celery's rate_limit: NAME=RATE (tasks.sleep=10/s); repeatable")
+	fl.StringArrayVar(&f.globalRateLimits, "global-rate-limit", nil, "rate limit of a task across all workers: NAME=RATE[@BUCKET] (tasks.sleep=5/s@api: tasks naming one bucket share it); repeatable")
+	fl.IntVar(&f.globalRateBurst, "global-rate-burst", 1, "bucket size of --global-rate-limit: how many starts may come at once")
+	fl.StringVar(&f.rateLimitURL, "rate-limit-url", "", "Redis for --global-rate-limit (default $CELERIAC_RATE_LIMIT_URL, else the result backend when it is Redis)")
 	return cmd
 }
 
@@ -186,6 +195,10 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
 	}
+	tasks, err := rateLimitedTasks(demotasks.Tasks(), f.rateLimits, f.globalRateLimits, f.globalRateBurst)
+	if err != nil {
+		return usageError{err}
+	}
 
 	// Signals: the first one cancels ctx (warm shutdown); the second closes
 	// the worker (cold shutdown).
@@ -202,6 +215,9 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 	if f.globalKeyPrefix != "" {
 		o.GlobalKeyPrefix = f.globalKeyPrefix
 	}
+	if f.rateLimitURL != "" {
+		o.RateLimitURL = f.rateLimitURL
+	}
 	if cfg.QueueOrder == worker.QueueOrderStrict && o.QueueOrderStrategy == "" {
 		o.QueueOrderStrategy = "priority" // Redis pops in -Q order too
 	}
@@ -214,9 +230,15 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 	}
 	defer conn.Close()
 	cfg.Backend = conn.Backend
+	cfg.GlobalRateLimiter = conn.RateLimiter
+	if len(f.globalRateLimits) > 0 && conn.RateLimiter == nil {
+		return usagef("--global-rate-limit needs a shared limiter: --rate-limit-url, $CELERIAC_RATE_LIMIT_URL or a redis:// result backend")
+	}
 
 	mux := worker.NewMux()
-	demotasks.Register(mux)
+	for _, t := range tasks {
+		mux.Handle(t.Name, t.Handler, t.Options...)
+	}
 	var metrics *prommetrics.Metrics
 	if f.metricsAddr != "" {
 		metrics = prommetrics.New(nil)
@@ -260,4 +282,55 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 		err = nil
 	}
 	return err
+}
+
+// rateLimitedTasks adds the --rate-limit and --global-rate-limit options
+// (NAME=RATE, NAME=RATE@BUCKET) to the tasks they name.
+func rateLimitedTasks(tasks []demotasks.Task, local, global []string, burst int) ([]demotasks.Task, error) {
+	byName := make(map[string]int, len(tasks))
+	for i, t := range tasks {
+		byName[t.Name] = i
+		tasks[i].Options = slices.Clone(t.Options)
+	}
+	parse := func(flag, spec string) (int, string, string, error) {
+		name, rate, ok := strings.Cut(spec, "=")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" {
+			return 0, "", "", fmt.Errorf("--%s %q: want NAME=RATE", flag, spec)
+		}
+		rate, bucket, _ := strings.Cut(rate, "@")
+		r, err := worker.ParseRate(rate)
+		if err != nil {
+			return 0, "", "", fmt.Errorf("--%s %q: %w", flag, spec, err)
+		}
+		if r.IsZero() {
+			return 0, "", "", fmt.Errorf("--%s %q: the rate must be positive", flag, spec)
+		}
+		i, ok := byName[name]
+		if !ok {
+			return 0, "", "", fmt.Errorf("--%s %q: no task %q", flag, spec, name)
+		}
+		return i, strings.TrimSpace(rate), strings.TrimSpace(bucket), nil
+	}
+	for _, spec := range local {
+		i, rate, bucket, err := parse("rate-limit", spec)
+		if err != nil {
+			return nil, err
+		}
+		if bucket != "" {
+			return nil, fmt.Errorf("--rate-limit %q: a per-worker limit has no bucket", spec)
+		}
+		tasks[i].Options = append(tasks[i].Options, worker.RateLimit(rate))
+	}
+	if len(global) > 0 && burst < 1 {
+		return nil, fmt.Errorf("--global-rate-burst %d: want at least 1", burst)
+	}
+	for _, spec := range global {
+		i, rate, bucket, err := parse("global-rate-limit", spec)
+		if err != nil {
+			return nil, err
+		}
+		tasks[i].Options = append(tasks[i].Options, worker.GlobalRateLimit(rate, bucket, burst))
+	}
+	return tasks, nil
 }
