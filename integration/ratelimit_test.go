@@ -1,0 +1,554 @@
+package integration
+
+// Evidence for priorities, queue order and rate limits (issue 7) on real
+// brokers with real Python producers:
+//
+//   - TestRateLimitSMS: examples/sms in 3 worker processes, 50 messages from
+//     examples/sms/producer.py, sends counted by the fake provider: the
+//     global limit holds 5/s across processes, Celery's per-worker limit
+//     multiplies by 3.
+//   - TestQueueOrderStrict: 500 low tasks, then 1 high, concurrency 1: how
+//     many low tasks start after the high one was published.
+//   - TestMessagePriority: apply_async(priority=...) on RabbitMQ
+//     (x-max-priority) and Redis (kombu's bands), run in priority order.
+//   - TestPerWorkerRateLimit: `celeriac worker --rate-limit tasks.add=10/s`
+//     spaces starts and drops nothing.
+//
+// All of them use Redis db 6 and queue, key and bucket names starting with
+// it_rl_; RabbitMQ queues too. They log the numbers they measure.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/celeriac/celeriac/examples/sms/smsapi"
+	"github.com/celeriac/celeriac/worker"
+	"github.com/celeriac/celeriac/worker/connect"
+)
+
+// rlRedisDB is the rate-limit evidence's Redis database.
+const rlRedisDB = 6
+
+// rlName returns a name no other test uses, under the it_rl_ prefix.
+func rlName(kind string) string {
+	return fmt.Sprintf("it_rl_%s_%d", kind, time.Now().UnixNano()%1e10)
+}
+
+// rlBrokers are the brokers of the order and priority evidence.
+func rlBrokers(t *testing.T) []brokerCase {
+	r := redisDBURL(t, rlRedisDB)
+	return []brokerCase{{"redis", r, r}, {"rabbitmq", amqpURL(t), r}}
+}
+
+// cleanRLRedis deletes what the tests and the workers they ran left in
+// db 6: queues, bindings, dead letters, results, buckets, unacked entries.
+func cleanRLRedis(t *testing.T) {
+	t.Helper()
+	opt, err := goredis.ParseURL(redisDBURL(t, rlRedisDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := goredis.NewClient(opt)
+	defer rdb.Close()
+	ctx := context.Background()
+	var keys []string
+	for _, pat := range []string{"it_rl_*", "_kombu.binding.*", "celeriac.dead.it_rl_*", "celery-task-meta-*",
+		"celeriac.ratelimit.it_rl_*", "unacked*"} {
+		it := rdb.Scan(ctx, 0, pat, 1000).Iterator()
+		for it.Next(ctx) {
+			keys = append(keys, it.Val())
+		}
+	}
+	if len(keys) > 0 {
+		rdb.Del(ctx, keys...)
+	}
+}
+
+// smsBuild builds examples/sms once per test binary.
+var smsBuild struct {
+	sync.Once
+	path string
+	err  error
+}
+
+func smsBin(t *testing.T) string {
+	t.Helper()
+	smsBuild.Do(func() {
+		dir, err := os.MkdirTemp("", "celeriac-sms")
+		if err != nil {
+			smsBuild.err = err
+			return
+		}
+		smsBuild.path = filepath.Join(dir, "sms")
+		if out, err := exec.Command("go", "build", "-C", "..", "-o", smsBuild.path, "./examples/sms").CombinedOutput(); err != nil {
+			smsBuild.err = fmt.Errorf("go build ./examples/sms: %v\n%s", err, out)
+		}
+	})
+	if smsBuild.err != nil {
+		t.Fatal(smsBuild.err)
+	}
+	return smsBuild.path
+}
+
+// startSMSWorker starts an examples/sms worker process and waits until it
+// consumes. It gets SIGTERM (a warm shutdown) when the test ends.
+func startSMSWorker(t *testing.T, env map[string]string, args ...string) *workerProc {
+	t.Helper()
+	cmd := exec.Command(smsBin(t), args...)
+	cmd.Env = append(os.Environ(), "CELERY_BROKER_URL=", "CELERY_RESULT_BACKEND=", "CELERIAC_RATE_LIMIT_URL=", "GOTRACEBACK=all")
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	p := &workerProc{cmd: cmd, done: make(chan struct{})}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		var once sync.Once
+		for sc.Scan() {
+			p.mu.Lock()
+			p.log.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+			if strings.Contains(sc.Text(), "worker ready") {
+				once.Do(func() { close(ready) })
+			}
+		}
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		if t.Failed() {
+			// Where was it? The stacks go to the log below.
+			_ = cmd.Process.Signal(syscall.SIGQUIT)
+		}
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(40 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("sms worker log:\n%s", p.Log())
+		}
+	})
+	select {
+	case <-ready:
+	case <-p.done:
+		t.Fatalf("sms worker exited early:\n%s", p.Log())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("sms worker not ready:\n%s", p.Log())
+	}
+	return p
+}
+
+// smsRun is what the fake provider saw during one run.
+type smsRun struct {
+	requests  int
+	perSecond []int
+	byStatus  map[int]int
+	span      time.Duration
+}
+
+func (r smsRun) String() string {
+	return fmt.Sprintf("%d requests in %.2f s (%d sent, %d × 429, %d × 503, %d × 400); requests per second %v, at most %d",
+		r.requests, r.span.Seconds(), r.byStatus[200], r.byStatus[429], r.byStatus[503], r.byStatus[400], r.perSecond, slices.Max(r.perSecond))
+}
+
+// runSMS publishes messages with examples/sms/producer.py to 3 sms worker
+// processes and waits until each message is sent or refused by the fake
+// provider.
+func runSMS(t *testing.T, broker, scope string) smsRun {
+	t.Helper()
+	const messages, bad, workers = 50, 2, 3
+	api := smsapi.NewServer(smsapi.Config{FailureRate: 0.05})
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	queue, bucket := rlName("sms"), rlName("bucket")
+	t.Cleanup(func() {
+		deleteQueue(t, brokerCase{broker: broker}, queue)
+		cleanRLRedis(t)
+	})
+	env := map[string]string{"CELERY_BROKER_URL": broker, "CELERIAC_RATE_LIMIT_URL": redisDBURL(t, rlRedisDB)}
+	for i := range workers {
+		startSMSWorker(t, env, "-queue", queue, "-api", srv.URL, "-scope", scope, "-rate", "5/s",
+			"-bucket", bucket, "-c", "4", "-n", fmt.Sprintf("%s-%d@%%h", queue, i), "-debug")
+	}
+	src, err := os.ReadFile("../examples/sms/producer.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := runPython(t, 2*time.Minute, map[string]string{"CELERY_BROKER_URL": broker}, string(src),
+		"--queue", queue, "--run", queue, "--count", fmt.Sprint(messages), "--bad", fmt.Sprint(bad))
+	if n := strings.Count(out, "\n"); n != messages {
+		t.Fatalf("producer printed %d tasks, want %d:\n%s", n, messages, out)
+	}
+
+	// Every message ends sent (200) or refused (400); transient failures
+	// are retried, and exhausting 5 retries at a 5% failure rate is
+	// practically impossible.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		done := map[string]bool{}
+		for _, r := range api.Records() {
+			if r.Status == http.StatusOK || r.Status == http.StatusBadRequest {
+				done[r.MessageID] = true
+			}
+		}
+		if len(done) == messages {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d messages done after 2 minutes", len(done), messages)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	recs := api.Records()
+	var times []time.Time
+	run := smsRun{requests: len(recs), byStatus: map[int]int{}}
+	sends := map[string]int{}
+	for _, r := range recs {
+		times = append(times, r.Time)
+		run.byStatus[r.Status]++
+		if r.Status == http.StatusOK && !r.Replayed {
+			sends[r.MessageID]++
+		}
+		if r.IdempotencyKey != r.MessageID {
+			t.Errorf("request for %s with Idempotency-Key %q", r.MessageID, r.IdempotencyKey)
+		}
+	}
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	run.perSecond = smsapi.PerWindow(times, time.Second)
+	run.span = times[len(times)-1].Sub(times[0])
+	if len(sends) != messages-bad || run.byStatus[400] != bad {
+		t.Errorf("%d messages sent, %d refused; want %d and %d", len(sends), run.byStatus[400], messages-bad, bad)
+	}
+	for id, n := range sends {
+		if n != 1 {
+			t.Errorf("message %s sent %d times", id, n)
+		}
+	}
+	return run
+}
+
+// TestRateLimitSMS is the outbound-SMS evidence: with the global limit the
+// sends stay within 5/s plus the one-token burst across 3 processes, so 50
+// messages take about 10 s; with Celery's per-worker limit the 3 processes
+// send about 15/s and the provider answers most of them 429.
+func TestRateLimitSMS(t *testing.T) {
+	pythonBin(t)
+	for _, bc := range rlBrokers(t) {
+		t.Run("global/"+bc.name, func(t *testing.T) {
+			run := runSMS(t, bc.broker, "global")
+			t.Logf("global 5/s, burst 1, 3 workers on %s: %v", bc.name, run)
+			if m := slices.Max(run.perSecond); m > 6 {
+				t.Errorf("%d requests in one second, over 5/s plus a burst of 1: %v", m, run.perSecond)
+			}
+			// A bucket of 1 at 5/s spaces n requests over at least (n-1)/5 s
+			// (by Redis's clock; the sends carry some network jitter).
+			if min := time.Duration(float64(run.requests-1) / 5 * float64(time.Second)); run.span < min-100*time.Millisecond {
+				t.Errorf("%d requests spanned %v, want at least %v at 5/s", run.requests, run.span, min)
+			}
+		})
+	}
+	t.Run("per-worker/redis", func(t *testing.T) {
+		run := runSMS(t, redisDBURL(t, rlRedisDB), "worker")
+		t.Logf("per-worker 5/s, 3 workers: %v", run)
+		if m := slices.Max(run.perSecond); m <= 6 {
+			t.Errorf("per-worker limits on 3 workers peaked at %d requests/s; the multiplication did not show: %v", m, run.perSecond)
+		}
+	})
+}
+
+// jobRecorder is an in-process worker running it_rl.job(label, i), which
+// records when each run started.
+type jobRecorder struct {
+	mu     sync.Mutex
+	starts []jobStart
+}
+
+type jobStart struct {
+	label string
+	i     int
+	at    time.Time
+}
+
+func (r *jobRecorder) snapshot() []jobStart {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.starts)
+}
+
+// waitFor polls the recorder until cond holds.
+func (r *jobRecorder) waitFor(t *testing.T, what string, cond func([]jobStart) bool) []jobStart {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		s := r.snapshot()
+		if cond(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s (%d runs)", what, len(s))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// startJobWorker runs a worker for it_rl.job until the test ends; each run
+// takes d.
+func startJobWorker(t *testing.T, broker, queueOrderStrategy string, cfg worker.Config, d time.Duration) *jobRecorder {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := connect.Open(ctx, connect.Options{BrokerURL: broker, QueueOrderStrategy: queueOrderStrategy,
+		ConnectionName: "it_rl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &jobRecorder{}
+	mux := worker.NewMux()
+	mux.HandleFunc("it_rl.job", func(ctx context.Context, task *worker.Task) (any, error) {
+		var label string
+		var i int
+		if err := task.Bind(&label, &i); err != nil {
+			return nil, err
+		}
+		rec.mu.Lock()
+		rec.starts = append(rec.starts, jobStart{label, i, time.Now()})
+		rec.mu.Unlock()
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+		return nil, nil
+	})
+	cfg.WithoutControl, cfg.WithoutHeartbeat = true, true
+	cfg.Hostname = rlName("w") + "@%h"
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	w, err := worker.New(conn.Transport, mux, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("worker.Run: %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Errorf("worker did not stop")
+		}
+		conn.Close()
+	})
+	return rec
+}
+
+// TestQueueOrderStrict: a worker consuming -Q high,low with concurrency 1
+// is busy with a backlog of 500 low tasks when one high task arrives. In
+// strict order the high task runs as soon as it is in the worker, ahead of
+// the prefetched low ones: few low tasks start after it was published, and
+// no more than the prefetch count. Arrival order (Celery's) runs the
+// prefetched low tasks first.
+func TestQueueOrderStrict(t *testing.T) {
+	pythonBin(t)
+	for _, bc := range rlBrokers(t) {
+		for _, tc := range []struct {
+			order      worker.QueueOrder
+			multiplier int // prefetch = concurrency (1) × multiplier
+		}{
+			{worker.QueueOrderStrict, 4},
+			{worker.QueueOrderStrict, 32},
+			{worker.QueueOrderArrival, 32},
+		} {
+			mode := string(tc.order)
+			if mode == "" {
+				mode = "arrival"
+			}
+			t.Run(fmt.Sprintf("%s/%s/prefetch%d", bc.name, mode, tc.multiplier), func(t *testing.T) {
+				high, low := rlName("high"), rlName("low")
+				t.Cleanup(func() {
+					deleteQueue(t, bc, high)
+					deleteQueue(t, bc, low)
+					cleanRLRedis(t)
+				})
+				strategy := ""
+				if tc.order == worker.QueueOrderStrict {
+					strategy = "priority" // what `celeriac worker --queue-order strict` sets on Redis
+				}
+				rec := startJobWorker(t, bc.broker, strategy, worker.Config{
+					Queues: []string{high, low}, QueueOrder: tc.order, Concurrency: 1, PrefetchMultiplier: tc.multiplier,
+				}, 10*time.Millisecond)
+				out := runPython(t, 2*time.Minute, map[string]string{"IT_BROKER": bc.broker},
+					fmt.Sprintf("import it_rl; it_rl.backlog_then_high(%q, %q, 500)", low, high))
+				var sent struct {
+					HighSent float64 `json:"high_sent"`
+				}
+				if err := json.Unmarshal([]byte(out), &sent); err != nil {
+					t.Fatalf("python output %q: %v", out, err)
+				}
+				published := time.Unix(0, int64(sent.HighSent*1e9))
+				starts := rec.waitFor(t, "the high task", func(s []jobStart) bool {
+					return slices.ContainsFunc(s, func(j jobStart) bool { return j.label == "high" })
+				})
+				at := slices.IndexFunc(starts, func(j jobStart) bool { return j.label == "high" })
+				overtaken := 0
+				for _, s := range starts[:at] {
+					if s.at.After(published) {
+						overtaken++
+					}
+				}
+				prefetch := tc.multiplier
+				t.Logf("%s, %s order, prefetch %d: the high task started %v after it was published, after %d low tasks (%d of them started after it was published)",
+					bc.name, mode, prefetch, starts[at].at.Sub(published).Round(time.Millisecond), at, overtaken)
+				if overtaken == at || at >= 500 {
+					// The worker must have been busy with the backlog, and
+					// the backlog not done, when the high task came.
+					t.Fatalf("no backlog to overtake: %d low tasks ran before the high one, %d of them after it was published", at, overtaken)
+				}
+				if tc.order == worker.QueueOrderStrict && overtaken > prefetch {
+					t.Errorf("%d low tasks started after the high one was published, over the prefetch bound %d", overtaken, prefetch)
+				}
+			})
+		}
+	}
+}
+
+// TestMessagePriority: Python's apply_async(priority=p) to a RabbitMQ queue
+// declared with x-max-priority, and to Redis (kombu's bands), runs in
+// priority order on a worker with prefetch 1.
+func TestMessagePriority(t *testing.T) {
+	pythonBin(t)
+	prios := []int{0, 5, 9, 3, 7, 1, 8, 2, 6, 4, 9, 0, 5, 3, 8, 1}
+	for _, bc := range rlBrokers(t) {
+		t.Run(bc.name, func(t *testing.T) {
+			q := rlName("prio")
+			t.Cleanup(func() {
+				deleteQueue(t, bc, q)
+				cleanRLRedis(t)
+			})
+			env := map[string]string{"IT_BROKER": bc.broker}
+			cfg := worker.Config{Queues: []string{q}, Concurrency: 1, PrefetchMultiplier: 1}
+			type job struct{ prio, i int }
+			var want []job
+			for i, p := range prios {
+				want = append(want, job{p, i})
+			}
+			if bc.name == "rabbitmq" {
+				env["IT_MAX_PRIORITY"] = "10"
+				cfg.QueueArguments = map[string]map[string]any{q: {"x-max-priority": 10}}
+				// Highest first; FIFO among equals.
+				slices.SortStableFunc(want, func(a, b job) int { return b.prio - a.prio })
+			} else {
+				// kombu's Redis bands 0-2, 3-5, 6-8, 9: the lowest band first,
+				// FIFO inside a band (Celery documents the reversed order).
+				band := func(p int) int { return min(p/3, 3) }
+				slices.SortStableFunc(want, func(a, b job) int { return band(a.prio) - band(b.prio) })
+			}
+			// Everything is queued before the worker starts, so that the
+			// order is the broker's, not the order of arrival.
+			runPython(t, time.Minute, env, fmt.Sprintf("import it_rl; it_rl.with_priorities(%q, %s)", q,
+				strings.ReplaceAll(fmt.Sprint(prios), " ", ", ")))
+			rec := startJobWorker(t, bc.broker, "", cfg, 0)
+			starts := rec.waitFor(t, "every task", func(s []jobStart) bool { return len(s) == len(prios) })
+			var got []job
+			for _, s := range starts {
+				var p int
+				fmt.Sscanf(s.label, "p%d", &p)
+				got = append(got, job{p, s.i})
+			}
+			gotP, wantP := make([]int, len(got)), make([]int, len(want))
+			for i := range got {
+				gotP[i], wantP[i] = got[i].prio, want[i].prio
+			}
+			t.Logf("%s: published priorities %v, run in order %v", bc.name, prios, gotP)
+			if !slices.Equal(got, want) {
+				t.Errorf("run order %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestPerWorkerRateLimit: Celery's per-worker rate_limit, given to
+// `celeriac worker` as --rate-limit tasks.add=10/s, spaces the starts of
+// 50 tasks 100 ms apart and every one of them succeeds.
+func TestPerWorkerRateLimit(t *testing.T) {
+	pythonBin(t)
+	const n = 50
+	for _, bc := range rlBrokers(t) {
+		t.Run(bc.name, func(t *testing.T) {
+			q := rlName("rate")
+			t.Cleanup(func() {
+				deleteQueue(t, bc, q)
+				cleanRLRedis(t)
+			})
+			startWorkerProc(t, bc, "-Q", q, "-c", "4", "--rate-limit", "tasks.add=10/s", "-n", q+"@%h", "--without-heartbeat")
+			out := runPython(t, 2*time.Minute, map[string]string{"IT_BROKER": bc.broker, "IT_BACKEND": bc.backend},
+				fmt.Sprintf("import it_rl; it_rl.adds_and_results(%q, %d, 60)", q, n))
+			var results []struct {
+				ID       string  `json:"id"`
+				State    string  `json:"state"`
+				Result   float64 `json:"result"`
+				DateDone string  `json:"date_done"`
+			}
+			if err := json.Unmarshal([]byte(out), &results); err != nil {
+				t.Fatalf("python output %q: %v", out, err)
+			}
+			if len(results) != n {
+				t.Fatalf("%d results, want %d", len(results), n)
+			}
+			var done []time.Time
+			for i, r := range results {
+				if r.State != "SUCCESS" || r.Result != float64(2*i) {
+					t.Errorf("task %d: %s %v", i, r.State, r.Result)
+				}
+				d, err := time.Parse("2006-01-02T15:04:05.999999", r.DateDone)
+				if err != nil {
+					t.Fatalf("date_done %q: %v", r.DateDone, err)
+				}
+				done = append(done, d)
+			}
+			slices.SortFunc(done, func(a, b time.Time) int { return a.Compare(b) })
+			perSecond := smsapi.PerWindow(done, time.Second)
+			span := done[n-1].Sub(done[0])
+			t.Logf("%s: %d tasks at 10/s finished over %.2f s; per second %v", bc.name, n, span.Seconds(), perSecond)
+			// Starts are 100 ms apart; the results are stored right after.
+			if want := time.Duration(n-1) * 100 * time.Millisecond; span < want-50*time.Millisecond {
+				t.Errorf("%d tasks finished within %v, want at least %v at 10/s", n, span, want)
+			}
+			if m := slices.Max(perSecond); m > 11 {
+				t.Errorf("%d tasks finished within one second at 10/s: %v", m, perSecond)
+			}
+		})
+	}
+}
