@@ -210,6 +210,9 @@ type pending struct {
 	index    int // in the ETA heap
 	eta      bool
 	stage    stage
+	// tokenAt is when the task's global rate-limit token came due (zero:
+	// no global limit); a task that starts much later re-reserves.
+	tokenAt time.Time
 }
 
 // stage is how far a received task got on its way to the ready queue:
@@ -440,11 +443,12 @@ func (l *loop) reserveGlobal(ctx context.Context, p *pending, rate Rate) {
 				l.ready.push(p)
 				return
 			}
+			p.tokenAt = now.Add(wait)
 			if wait > 0 {
 				w.cfg.Observer.TaskWaiting(p.m.Name, WaitGlobalRate, wait)
 				w.log.Debug("task waits for its global rate limit", append(taskFields(p.m, p.d),
 					zap.String("key", key), zap.Duration("wait", wait))...)
-				l.hold(p, now.Add(wait))
+				l.hold(p, p.tokenAt)
 				return
 			}
 			l.ready.push(p)
@@ -510,16 +514,46 @@ func (l *loop) applyPrefetch(ctx context.Context) {
 	l.prefetchSet = l.prefetch
 }
 
+// minStaleToken is the least lateness that makes a global token stale (see
+// staleToken); below it, scheduling noise would waste tokens.
+const minStaleToken = 50 * time.Millisecond
+
+// staleToken reports whether p's global rate-limit token is too old to
+// start on. The limiter spaces tokens, not starts: a task that could not
+// start when its token came due (every slot busy, or the process stalled)
+// would start together with the tasks whose tokens came due meanwhile, and
+// that bunch breaks the cap. A task later than one token interval takes a
+// new token instead, so that in any window the starts exceed the rate by
+// at most the burst plus one token.
+func (l *loop) staleToken(p *pending, now time.Time) bool {
+	if p.tokenAt.IsZero() {
+		return false
+	}
+	return now.Sub(p.tokenAt) > max(p.opts.globalRate.Interval(), minStaleToken)
+}
+
 // dispatch starts ready tasks while slots are free.
 //
 // Tasks run on a pool of long-lived goroutines, one per slot in use, that
 // go back to the pool when their task ends: a fresh goroutine per task
 // would grow (copy) its stack through the deep execute path every time.
 func (l *loop) dispatch() {
+	var now time.Time
 	for l.running < l.concurrency {
 		p := l.ready.pop()
 		if p == nil {
 			return
+		}
+		if now.IsZero() {
+			now = time.Now()
+		}
+		if l.staleToken(p, now) {
+			if ce := l.w.log.Check(zap.DebugLevel, "global rate-limit token went stale before the task could start; reserving again"); ce != nil {
+				ce.Write(append(taskFields(p.m, p.d), zap.Duration("late", now.Sub(p.tokenAt)))...)
+			}
+			p.tokenAt = time.Time{}
+			l.reserveGlobal(context.Background(), p, p.opts.globalRate)
+			continue
 		}
 		l.running++
 		l.wg.Add(1)
