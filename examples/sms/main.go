@@ -22,6 +22,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -54,7 +55,7 @@ func run(args []string) error {
 		scope       = fs.String("scope", "global", `"global": the cap holds across all workers; "worker": Celery's per-worker rate_limit (N workers send N times as fast)`)
 		bucket      = fs.String("bucket", "sms-api", "name of the global limit (tasks naming one bucket share it)")
 		burst       = fs.Int("burst", 1, "sends the global limit allows at once")
-		maxRetries  = fs.Int("max-retries", 5, "retries of transient failures before the message is dead-lettered")
+		maxRetries  = fs.Int("max-retries", 8, "retries before a transient failure dead-letters the message (429s count too, as in Celery)")
 		debug       = fs.Bool("debug", false, "log rate-limit waits and every task")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -100,9 +101,9 @@ func run(args []string) error {
 	mux := worker.NewMux()
 	register(mux, taskConfig{
 		Rate: *rate, Global: *scope == "global", Bucket: *bucket, Burst: *burst,
-		MaxRetries: *maxRetries, BackoffMax: time.Minute, RateLimitedRetries: 20,
+		MaxRetries: *maxRetries, BackoffMax: time.Minute, RateLimitedRetries: 100,
 		Store:  idempotencyStore(conn, log),
-		Client: &smsapi.Client{URL: *api},
+		Client: &smsapi.Client{URL: *api, HTTP: httpClient(*concurrency)},
 		Logger: log,
 	})
 	w, err := worker.New(conn.Transport, mux, worker.Config{
@@ -119,6 +120,15 @@ func run(args []string) error {
 	log.Info("sms worker", zap.String("queue", *queue), zap.String("rate", *rate), zap.String("scope", *scope),
 		zap.String("bucket", *bucket), zap.String("api", *api))
 	return w.Run(ctx)
+}
+
+// httpClient keeps a connection per concurrent send: the default pool
+// keeps two, and opening a new connection mid-run delays a send by more
+// than the spacing jitter the provider's sliding window tolerates.
+func httpClient(concurrency int) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = max(concurrency, 2)
+	return &http.Client{Timeout: 10 * time.Second, Transport: tr}
 }
 
 // idempotencyStore is the result backend when it can keep idempotency

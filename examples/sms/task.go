@@ -33,9 +33,10 @@ type taskConfig struct {
 	// full jitter.
 	MaxRetries int
 	BackoffMax time.Duration
-	// RateLimitedRetries bounds the retries a message may spend on 429s in
-	// all (counted with the others); the provider's Retry-After sets their
-	// delay, not our backoff.
+	// RateLimitedRetries bounds the retries a message may reach by 429s.
+	// The provider's Retry-After sets their delay, not our backoff. Celery
+	// keeps one retries count per task, so 429s use up MaxRetries too: a
+	// 503 after many 429s may be the last straw.
 	RateLimitedRetries int
 	// Store deduplicates sends by message_id across deliveries.
 	Store backend.IdempotencyStore

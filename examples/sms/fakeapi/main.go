@@ -87,12 +87,15 @@ func summary(recs []smsapi.Record) {
 		return
 	}
 	var all, sent []time.Time
+	by := map[int]int{}
 	for _, r := range recs {
 		all = append(all, r.Time)
+		by[r.Status]++
 		if r.Status == http.StatusOK && !r.Replayed {
 			sent = append(sent, r.Time)
 		}
 	}
-	fmt.Printf("\n%d requests, %d messages sent, in %.1f s\n", len(all), len(sent), all[len(all)-1].Sub(all[0]).Seconds())
+	fmt.Printf("\n%d requests in %.1f s: %d messages sent, %d × 429, %d × 503, %d × 400\n", len(all),
+		all[len(all)-1].Sub(all[0]).Seconds(), len(sent), by[429], by[503], by[400])
 	fmt.Printf("requests per second: %v\n", smsapi.PerWindow(all, time.Second))
 }
