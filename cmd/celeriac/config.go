@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -75,6 +76,7 @@ func (g *globalFlags) load() error {
 		if err := json.Unmarshal(b, &g.file); err != nil {
 			return usagef("config %s: %v", g.configFile, err)
 		}
+		integralArguments(g.file.QueueArguments)
 	}
 	log, err := newLogger(g.logLevel, g.logFormat)
 	if err != nil {
@@ -149,3 +151,17 @@ func (g *globalFlags) open(ctx context.Context) (*connect.Conn, error) {
 }
 
 func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+
+// integralArguments turns the whole numbers JSON decoded as float64 in
+// queue arguments into int64. RabbitMQ wants integers for x-max-priority,
+// x-message-ttl and the like, and compares them with what Python declared
+// (an integer): a double 10.0 is "inequivalent" to 10.
+func integralArguments(args map[string]map[string]any) {
+	for _, a := range args {
+		for k, v := range a {
+			if f, ok := v.(float64); ok && f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+				a[k] = int64(f)
+			}
+		}
+	}
+}

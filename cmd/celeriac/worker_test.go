@@ -64,3 +64,18 @@ func TestRateLimitedTasks(t *testing.T) {
 		})
 	}
 }
+
+func TestIntegralArguments(t *testing.T) {
+	args := map[string]map[string]any{
+		"high": {"x-max-priority": float64(10), "x-message-ttl": 1.5e3, "x-queue-type": "classic"},
+		"*":    {"x-expires": 0.5, "huge": 1e300},
+	}
+	integralArguments(args)
+	want := map[string]map[string]any{
+		"high": {"x-max-priority": int64(10), "x-message-ttl": int64(1500), "x-queue-type": "classic"},
+		"*":    {"x-expires": 0.5, "huge": 1e300},
+	}
+	if d := cmp.Diff(want, args); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+}
