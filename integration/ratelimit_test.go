@@ -69,7 +69,7 @@ func cleanRLRedis(t *testing.T) {
 	ctx := context.Background()
 	var keys []string
 	for _, pat := range []string{"it_rl_*", "_kombu.binding.*", "celeriac.dead.it_rl_*", "celery-task-meta-*",
-		"celeriac.ratelimit.it_rl_*", "unacked*"} {
+		"celeriac.ratelimit.it_rl_*", "celeriac.idem.sms.send:it_rl_*", "unacked*"} {
 		it := rdb.Scan(ctx, 0, pat, 1000).Iterator()
 		for it.Next(ctx) {
 			keys = append(keys, it.Val())
@@ -185,7 +185,9 @@ func (r smsRun) String() string {
 // provider.
 func runSMS(t *testing.T, broker, scope string, failureRate float64) smsRun {
 	t.Helper()
-	const messages, bad, workers = 50, 2, 3
+	// 5 messages are queued twice: with the Redis idempotency store the
+	// second task must not reach the provider, whichever worker takes it.
+	const messages, bad, duplicates, workers = 50, 2, 5, 3
 	api := smsapi.NewServer(smsapi.Config{FailureRate: failureRate})
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
@@ -194,7 +196,9 @@ func runSMS(t *testing.T, broker, scope string, failureRate float64) smsRun {
 		deleteQueue(t, brokerCase{broker: broker}, queue)
 		cleanRLRedis(t)
 	})
-	env := map[string]string{"CELERY_BROKER_URL": broker, "CELERIAC_RATE_LIMIT_URL": redisDBURL(t, rlRedisDB)}
+	// The Redis result backend is the rate limiter and the idempotency
+	// store.
+	env := map[string]string{"CELERY_BROKER_URL": broker, "CELERY_RESULT_BACKEND": redisDBURL(t, rlRedisDB)}
 	for i := range workers {
 		startSMSWorker(t, env, "-queue", queue, "-api", srv.URL, "-scope", scope, "-rate", "5/s",
 			"-bucket", bucket, "-c", "4", "-n", fmt.Sprintf("%s-%d@%%h", queue, i), "-debug")
@@ -204,9 +208,10 @@ func runSMS(t *testing.T, broker, scope string, failureRate float64) smsRun {
 		t.Fatal(err)
 	}
 	out := runPython(t, 2*time.Minute, map[string]string{"CELERY_BROKER_URL": broker}, string(src),
-		"--queue", queue, "--run", queue, "--count", fmt.Sprint(messages), "--bad", fmt.Sprint(bad))
-	if n := strings.Count(out, "\n"); n != messages {
-		t.Fatalf("producer printed %d tasks, want %d:\n%s", n, messages, out)
+		"--queue", queue, "--run", queue, "--count", fmt.Sprint(messages), "--bad", fmt.Sprint(bad),
+		"--duplicates", fmt.Sprint(duplicates))
+	if n := strings.Count(out, "\n"); n != messages+duplicates {
+		t.Fatalf("producer printed %d tasks, want %d:\n%s", n, messages+duplicates, out)
 	}
 
 	// Every message ends sent (200) or refused (400); transient failures
@@ -240,6 +245,9 @@ func runSMS(t *testing.T, broker, scope string, failureRate float64) smsRun {
 		}
 		if r.IdempotencyKey != r.MessageID {
 			t.Errorf("request for %s with Idempotency-Key %q", r.MessageID, r.IdempotencyKey)
+		}
+		if r.Replayed {
+			t.Errorf("a second send of %s reached the provider", r.MessageID)
 		}
 	}
 	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })

@@ -13,8 +13,9 @@
 //     dead-lettered, where `celeriac dlq` lists and replays it.
 //
 // See README.md for the commands. Configuration: CELERY_BROKER_URL,
-// CELERY_RESULT_BACKEND and CELERIAC_RATE_LIMIT_URL as for every celeriac
-// worker, plus the flags below.
+// CELERY_RESULT_BACKEND (Redis: results, idempotency claims and, unless
+// CELERIAC_RATE_LIMIT_URL names another Redis, the rate limit), plus the
+// flags below.
 package main
 
 import (
@@ -131,13 +132,13 @@ func httpClient(concurrency int) *http.Client {
 	return &http.Client{Timeout: 10 * time.Second, Transport: tr}
 }
 
-// idempotencyStore is the result backend when it can keep idempotency
-// claims (Redis: shared by every worker), else an in-process store, which
-// deduplicates the deliveries this process sees only.
+// idempotencyStore is connect's store (the Redis result backend: shared
+// by every worker), else an in-process one, which deduplicates only the
+// deliveries this process sees.
 func idempotencyStore(conn *connect.Conn, log *zap.Logger) backend.IdempotencyStore {
-	if s, ok := conn.Backend.(backend.IdempotencyStore); ok {
-		return s
+	if conn.Idempotency != nil {
+		return conn.Idempotency
 	}
-	log.Warn("the result backend keeps no idempotency claims: deduplicating by message_id within this process only")
+	log.Warn("no redis:// result backend (CELERY_RESULT_BACKEND) to keep idempotency claims in: deduplicating by message_id within this process only")
 	return membackend.NewIdempotency()
 }
