@@ -211,6 +211,7 @@ type StatusError struct {
 	Message string
 }
 
+// Error reads "smsapi: 429 Too Many Requests: rate limit exceeded".
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("smsapi: %d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
 }
