@@ -505,3 +505,72 @@ func TestStoreErrorsEvenIfIgnored(t *testing.T) {
 		t.Fatalf("got %s", m.Status)
 	}
 }
+
+func TestQueueOrderStrictAndWeighted(t *testing.T) {
+	run := func(t *testing.T, order worker.QueueOrder, weights map[string]int) []string {
+		t.Helper()
+		// Concurrency 1, prefetch large enough to hold everything: the order
+		// of starts is the worker's choice between queues, not the broker's.
+		h := newHarness(t, worker.Config{Queues: []string{"high", "low"}, QueueOrder: order, QueueWeights: weights,
+			Concurrency: 1, PrefetchMultiplier: 100})
+		var mu sync.Mutex
+		var seen []string
+		gate, gated := make(chan struct{}), make(chan struct{})
+		h.mux.HandleFunc("tasks.gate", func(ctx context.Context, t *worker.Task) (any, error) {
+			close(gated)
+			<-gate
+			return nil, nil
+		})
+		h.mux.HandleFunc("tasks.rec", func(ctx context.Context, t *worker.Task) (any, error) {
+			mu.Lock()
+			seen = append(seen, t.DeliveryInfo.Queue)
+			mu.Unlock()
+			return nil, nil
+		})
+		h.start()
+		first := h.send("tasks.gate", nil, nil, worker.ToQueue("low")) // holds the only slot
+		<-gated
+		var ids []string
+		for i := 0; i < 12; i++ {
+			ids = append(ids, h.send("tasks.rec", nil, nil, worker.ToQueue("low")))
+		}
+		for i := 0; i < 6; i++ {
+			ids = append(ids, h.send("tasks.rec", nil, nil, worker.ToQueue("high")))
+		}
+		eventually(t, "all received", func() bool { return h.w.Stats().Ready == 18 })
+		close(gate)
+		h.wait(first)
+		for _, id := range ids {
+			h.wait(id)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return seen
+	}
+	t.Run("strict", func(t *testing.T) {
+		seen := run(t, worker.QueueOrderStrict, nil)
+		for i, q := range seen[:6] {
+			if q != "high" {
+				t.Fatalf("start %d from %s; strict order must run the 6 high tasks first: %v", i, q, seen)
+			}
+		}
+	})
+	t.Run("weighted", func(t *testing.T) {
+		seen := run(t, worker.QueueOrderWeighted, map[string]int{"high": 2, "low": 1})
+		high := 0
+		for _, q := range seen[:9] {
+			if q == "high" {
+				high++
+			}
+		}
+		if high != 6 {
+			t.Fatalf("weighted 2:1: %d of the first 9 starts from high, want 6: %v", high, seen)
+		}
+	})
+	t.Run("arrival", func(t *testing.T) {
+		seen := run(t, worker.QueueOrderArrival, nil)
+		if seen[0] != "low" || seen[len(seen)-1] != "high" {
+			t.Fatalf("arrival order should follow publish order: %v", seen)
+		}
+	})
+}
