@@ -366,6 +366,19 @@ func queueBinding(q transport.Queue) (exchange, typ, routingKey string) {
 	return exchange, typ, routingKey
 }
 
+// Ping sends the broker a PING and reports whether it answered before ctx
+// ended: the readiness check of a worker's /readyz. It fails with
+// transport.ErrClosed after Close.
+func (t *Transport) Ping(ctx context.Context) error {
+	if t.isClosed() {
+		return transport.ErrClosed
+	}
+	if err := t.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: ping %s: %w", strings.Join(t.ep.Addrs, ","), err)
+	}
+	return nil
+}
+
 // Len returns the number of ready messages of a queue over all its bands.
 func (t *Transport) Len(ctx context.Context, queue string) (int, error) {
 	if t.isClosed() {
