@@ -33,6 +33,7 @@ type link struct {
 
 	mu    sync.Mutex
 	cur   *session      // nil during an outage
+	down  error         // why cur is nil during an outage
 	ready chan struct{} // closed when cur is set; replaced on loss
 	seq   uint64        // session ids
 
@@ -210,6 +211,7 @@ func (l *link) supervise(ctx context.Context, sess *session) {
 		}
 		l.mu.Lock()
 		l.cur = nil
+		l.down = reason
 		l.ready = make(chan struct{})
 		l.mu.Unlock()
 		sess.err = reason
@@ -222,6 +224,7 @@ func (l *link) supervise(ctx context.Context, sess *session) {
 		}
 		l.mu.Lock()
 		l.cur = next
+		l.down = nil
 		close(l.ready)
 		l.mu.Unlock()
 		l.log.Info("amqp reconnected", zap.String("url", next.url.redacted), zap.Uint64("session", next.id))
@@ -319,6 +322,25 @@ func (l *link) next(ctx context.Context, prev *session) (*session, error) {
 			return nil, transport.ErrClosed
 		}
 	}
+}
+
+// up reports, without waiting, whether the link has a live connection.
+func (l *link) up() error {
+	l.mu.Lock()
+	cur, down := l.cur, l.down
+	l.mu.Unlock()
+	select {
+	case <-l.done:
+		return transport.ErrClosed
+	default:
+	}
+	if cur == nil || cur.isLost() {
+		if down == nil {
+			down = errors.New("connection lost")
+		}
+		return fmt.Errorf("amqp: %s connection down, reconnecting: %w", l.role, down)
+	}
+	return nil
 }
 
 // close closes the connection and stops reconnecting.

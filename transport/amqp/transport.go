@@ -128,6 +128,30 @@ func (t *Transport) unregister(c *consumer, s *subscription) {
 	delete(t.subs, s)
 }
 
+// Ping reports whether the broker is reachable, for a worker's /readyz: both
+// connections (consumer and publisher) must be up. It does not wait for a
+// reconnection, so it fails for as long as an outage lasts. A broker that
+// closes the connection or goes away is noticed at once; a network that
+// drops packets silently, after about three heartbeat intervals (see
+// Config.Heartbeat). It fails with transport.ErrClosed after Close.
+func (t *Transport) Ping(ctx context.Context) error {
+	if t.isClosed() {
+		return transport.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// One line, for logs and the probe's response body.
+	cerr, perr := t.con.up(), t.pub.up()
+	switch {
+	case cerr != nil && perr != nil:
+		return fmt.Errorf("%w; %w", cerr, perr)
+	case cerr != nil:
+		return cerr
+	}
+	return perr
+}
+
 // Len returns the number of ready messages in a queue (messages delivered
 // and not yet acknowledged are not counted, as RabbitMQ counts). A queue
 // that does not exist has length 0.
