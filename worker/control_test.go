@@ -36,7 +36,6 @@ func newControlClient(t *testing.T, h *harness) *controlClient {
 // worker, or nil when none came within the timeout.
 func (c *controlClient) call(method string, args map[string]any, destination ...string) any {
 	c.t.Helper()
-	ticket := worker.NewID()
 	var dest any
 	if len(destination) > 0 {
 		d := make([]any, len(destination))
@@ -45,13 +44,27 @@ func (c *controlClient) call(method string, args map[string]any, destination ...
 		}
 		dest = d
 	}
+	v, _ := c.request(method, args, map[string]any{"destination": dest, "pattern": nil, "matcher": nil})
+	return v
+}
+
+// request broadcasts a command with the given selection fields
+// (destination, pattern, matcher) and reports whether the worker replied
+// before the timeout, and with what.
+func (c *controlClient) request(method string, args, selection map[string]any) (any, bool) {
+	c.t.Helper()
+	ticket := worker.NewID()
 	if args == nil {
 		args = map[string]any{}
 	}
-	body, err := protocol.Marshal(protocol.ContentTypeJSON, map[string]any{
-		"method": method, "arguments": args, "destination": dest, "pattern": nil, "matcher": nil,
+	req := map[string]any{
+		"method": method, "arguments": args,
 		"ticket": ticket, "reply_to": map[string]any{"exchange": "reply.celery.pidbox", "routing_key": c.key},
-	})
+	}
+	for k, v := range selection {
+		req[k] = v
+	}
+	body, err := protocol.Marshal(protocol.ContentTypeJSON, req)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -75,9 +88,10 @@ func (c *controlClient) call(method string, args map[string]any, destination ...
 			if err != nil {
 				c.t.Fatal(err)
 			}
-			return v.(map[string]any)[c.h.w.Hostname()]
+			r, ok := v.(map[string]any)[c.h.w.Hostname()]
+			return r, ok
 		case <-timeout:
-			return nil
+			return nil, false
 		}
 	}
 }
@@ -266,5 +280,33 @@ func TestControlClientAgainstWorker(t *testing.T) {
 	replies, err = c.Call(context.Background(), "ping", nil, worker.ControlOptions{Timeout: 2 * time.Second, Pattern: "w1@*", Limit: 1})
 	if err != nil || len(replies) != 1 {
 		t.Fatalf("pattern w1@* not answered: %+v %v", replies, err)
+	}
+}
+
+// TestControlConsumerAgainAfterCancel: a queue cancelled with
+// cancel_consumer and added again with add_consumer is consumed again.
+func TestControlConsumerAgainAfterCancel(t *testing.T) {
+	h, c := startControlled(t)
+	for _, step := range []struct{ method, want string }{
+		{"add_consumer", "add consumer extra"},
+		{"cancel_consumer", "no longer consuming from extra"},
+		{"add_consumer", "add consumer extra"},
+	} {
+		got, _ := c.call(step.method, map[string]any{"queue": "extra"}).(map[string]any)
+		if got["ok"] != step.want {
+			t.Fatalf("%s = %v, want ok=%q", step.method, got, step.want)
+		}
+	}
+	id := h.send("tasks.add", []any{int64(2), int64(3)}, nil, worker.ToQueue("extra"))
+	if m := h.wait(id); m.Status != protocol.StateSuccess {
+		t.Fatalf("task on the re-added queue: %s %v", m.Status, m.Result)
+	}
+	qs, _ := c.call("active_queues", nil).([]any)
+	var names []string
+	for _, q := range qs {
+		names = append(names, q.(map[string]any)["name"].(string))
+	}
+	if strings.Join(names, ",") != "extra,q" {
+		t.Fatalf("active_queues names = %v, want [extra q]", names)
 	}
 }

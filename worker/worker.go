@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -633,13 +634,19 @@ func (l *loop) dropRevoked() {
 
 // addQueue starts consuming another queue (add_consumer).
 func (l *loop) addQueue(name string) error {
-	if _, ok := l.queueIdx[name]; ok {
+	// The consumer, not queueIdx, says what is consumed: a queue cancelled
+	// with cancel_consumer keeps its index (tasks of it may still be
+	// ready) and must be consumed again when it is added back.
+	if slices.ContainsFunc(l.cons.Queues(), func(q transport.Queue) bool { return q.Name == name }) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := l.cons.AddQueue(ctx, l.w.cfg.queue(name)); err != nil {
 		return err
+	}
+	if _, ok := l.queueIdx[name]; ok {
+		return nil
 	}
 	l.queueIdx[name] = len(l.ready.qs)
 	l.ready.qs = append(l.ready.qs, nil)
