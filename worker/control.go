@@ -226,7 +226,9 @@ func (c *control) dispatch(req controlRequest) (reply any, send bool) {
 	case "heartbeat":
 		f := w.events.workerFields(5)
 		w.events.send("worker-heartbeat", f)
-		return nil, false
+		// Celery's handler returns None, which kombu sends back when the
+		// request asks for a reply (celery control heartbeat does).
+		return nil, true
 	case "add_consumer":
 		q, _ := a["queue"].(string)
 		return w.addConsumer(q), true

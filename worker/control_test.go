@@ -310,3 +310,14 @@ func TestControlConsumerAgainAfterCancel(t *testing.T) {
 		t.Fatalf("active_queues names = %v, want [extra q]", names)
 	}
 }
+
+// TestControlHeartbeatReplies: like a Python worker, the worker answers a
+// heartbeat request that asks for a reply (celery control heartbeat) with
+// null, so that the caller sees which workers got it.
+func TestControlHeartbeatReplies(t *testing.T) {
+	_, c := startControlled(t)
+	v, replied := c.request("heartbeat", nil, nil)
+	if !replied || v != nil {
+		t.Fatalf("heartbeat reply = %v (replied %v), want null", v, replied)
+	}
+}
