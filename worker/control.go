@@ -4,12 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 
@@ -65,28 +66,90 @@ func parseControl(body any) (controlRequest, bool) {
 	return r, r.method != ""
 }
 
-// forMe applies destination and pattern/matcher selection, as kombu's
-// Mailbox does.
+// forMe applies destination and pattern/matcher selection as kombu's
+// Node.handle_message does: a non-empty destination list wins; a pattern
+// counts only together with a matcher; otherwise every node handles the
+// request.
 func (r controlRequest) forMe(hostname string) bool {
-	if r.destination != nil {
-		for _, d := range r.destination {
-			if d == hostname {
-				return true
-			}
-		}
-		return false
+	if len(r.destination) > 0 {
+		return slices.Contains(r.destination, hostname)
 	}
-	if r.pattern != "" {
-		switch r.matcher {
-		case "pcre":
-			re, err := regexp.Compile(r.pattern)
-			return err == nil && re.MatchString(hostname)
-		default: // glob
-			ok, err := path.Match(r.pattern, hostname)
-			return err == nil && ok
-		}
+	if r.pattern != "" && r.matcher != "" {
+		return matchNode(hostname, r.pattern, r.matcher)
 	}
 	return true
+}
+
+// matchNode is kombu.matcher.match for the two matchers kombu registers:
+// "glob" (fnmatch.fnmatch) and "pcre" (re.match, anchored at the start).
+// A pattern Go's regexp cannot compile, or an unknown matcher (kombu raises
+// MatcherNotInstalled), selects nothing.
+func matchNode(hostname, pattern, matcher string) bool {
+	var expr string
+	switch matcher {
+	case "glob":
+		expr = globRegexp(pattern)
+	case "pcre":
+		expr = `^(?:` + pattern + `)`
+	default:
+		return false
+	}
+	re, err := regexp.Compile(expr)
+	return err == nil && re.MatchString(hostname)
+}
+
+// globRegexp translates a shell pattern as Python's fnmatch.translate does:
+// * and ? match any character (a '/' too), [seq] and [!seq] are character
+// sets, an unclosed [ is literal, and the whole name must match.
+func globRegexp(pat string) string {
+	var b strings.Builder
+	b.WriteString(`^(?s:`)
+	for i := 0; i < len(pat); {
+		switch c := pat[i]; c {
+		case '*':
+			b.WriteString(`.*`)
+			i++
+		case '?':
+			b.WriteString(`.`)
+			i++
+		case '[':
+			j := i + 1
+			if j < len(pat) && pat[j] == '!' {
+				j++
+			}
+			if j < len(pat) && pat[j] == ']' {
+				j++
+			}
+			for j < len(pat) && pat[j] != ']' {
+				j++
+			}
+			if j >= len(pat) {
+				b.WriteString(`\[`)
+				i++
+				continue
+			}
+			set := pat[i+1 : j]
+			i = j + 1
+			b.WriteByte('[')
+			if rest, ok := strings.CutPrefix(set, "!"); ok {
+				b.WriteByte('^')
+				set = rest
+			}
+			for _, r := range set {
+				if r == '\\' || r == '[' || r == ']' || r == '^' {
+					b.WriteByte('\\')
+				}
+				b.WriteRune(r)
+			}
+			b.WriteByte(']')
+		default:
+			r, n := utf8.DecodeRuneInString(pat[i:])
+			b.WriteString(regexp.QuoteMeta(string(r)))
+			i += n
+		}
+	}
+	b.WriteString(`)\z`)
+	return b.String()
 }
 
 // control serves remote-control requests on the worker's pidbox queue.

@@ -1,0 +1,63 @@
+package worker
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestMatchNodeGlob checks the glob matcher against Python's
+// fnmatch.fnmatch (expected values computed with CPython 3).
+func TestMatchNodeGlob(t *testing.T) {
+	for _, tc := range []struct {
+		name, pattern string
+		want          bool
+	}{
+		{"celery@web1", "celery@web*", true},
+		{"celery@web1", "*@web?", true},
+		{"celery@web1", "celery@web[0-9]", true},
+		{"celery@web1", "celery@web[!1]", false},
+		{"celery@web1", "celery@web[!2]", true},
+		{"a/b", "a*b", true},
+		{"a[b", "a[b", true},
+		{"a[", "a[", true},
+		{"a]", "a]", true},
+		{"x", "[]x]", true},
+		{"]", "[]]", true},
+		{"!", "[!]", false},
+		{"a", "[!]", false},
+		{"^", "[^]", true},
+		{"a", "[^]", false},
+		{"a\\b", "a\\b", true},
+		{"a\\b", "a[\\]b", true},
+		{"ab", "a.b", false},
+		{"a.b", "a.b", true},
+		{"A", "a", false},
+		{"a+b", "a+b", true},
+		{"é@h", "?@h", true},
+		{"a\nb", "a*b", true},
+		{"", "", true},
+		{"x", "", false},
+		{"abc", "a[b-c]c", true},
+		{"a-c", "a[a-]c", true},
+		{"celery@web1", "celery@web1x", false},
+	} {
+		if got := matchNode(tc.name, tc.pattern, "glob"); got != tc.want {
+			t.Errorf("glob %q against %q = %v, want %v (regexp %s)", tc.pattern, tc.name, got, tc.want, globRegexp(tc.pattern))
+		}
+	}
+}
+
+// FuzzMatchNode: patterns come off the wire. No input may panic, and a
+// pattern without glob syntax matches exactly the name it spells.
+func FuzzMatchNode(f *testing.F) {
+	for _, s := range []string{"celery@web*", "w[!1]@h", "[", "[!]", "a\\b", "(", "é?", "\xff*"} {
+		f.Add("celery@web1", s)
+	}
+	f.Fuzz(func(t *testing.T, name, pattern string) {
+		matchNode(name, pattern, "glob")
+		matchNode(name, pattern, "pcre")
+		if !strings.ContainsAny(name, "*?[") && !matchNode(name, name, "glob") {
+			t.Fatalf("literal glob %q does not match itself (regexp %s)", name, globRegexp(name))
+		}
+	})
+}
