@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -498,7 +500,7 @@ func (w *Worker) stats() map[string]any {
 			"put-guarded-by-semaphore": false,
 			"timeouts":                 []any{w.cfg.SoftTimeLimit.Seconds(), w.cfg.TimeLimit.Seconds()},
 		},
-		"broker":         map[string]any{"transport": fmt.Sprintf("%T", w.tr)},
+		"broker":         map[string]any{"transport": transportName(w.tr)},
 		"prefetch_count": prefetch,
 		"rusage": map[string]any{
 			"utime":    float64(ru.Utime.Sec) + float64(ru.Utime.Usec)/1e6,
@@ -521,6 +523,19 @@ func (w *Worker) stats() map[string]any {
 		"sw_ident": "celeriac",
 		"sw_ver":   Version,
 	}
+}
+
+// transportName names a transport as kombu's stats do ("redis", "amqp"):
+// the last element of its package path ("memory" for transport/memory).
+func transportName(tr transport.Transport) string {
+	t := reflect.TypeOf(tr)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.PkgPath() == "" {
+		return fmt.Sprintf("%T", tr)
+	}
+	return path.Base(t.PkgPath())
 }
 
 // activeQueues lists consumed queues as kombu's Queue.as_dict.

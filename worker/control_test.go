@@ -124,6 +124,9 @@ func TestControlPingRegisteredStats(t *testing.T) {
 	if stats["total"].(map[string]any)["tasks.add"] != int64(1) {
 		t.Fatalf("stats total = %v", stats["total"])
 	}
+	if b := stats["broker"].(map[string]any); b["transport"] != "memory" {
+		t.Fatalf("stats broker = %v, want transport memory", b)
+	}
 	if pool := stats["pool"].(map[string]any); pool["max-concurrency"] == nil {
 		t.Fatalf("stats pool = %v", pool)
 	}
