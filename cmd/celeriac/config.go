@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
+	"reflect"
+	"sort"
 	"strings"
 	"time"
 
@@ -36,8 +39,19 @@ type settings struct {
 	WorkerSendTaskEvents   *bool                     `json:"worker_send_task_events"`
 	WorkerEtaTaskLimit     *int                      `json:"worker_eta_task_limit"`
 	TaskRoutes             map[string]any            `json:"task_routes"`
-	Extra                  map[string]any            `json:"-"`
 	QueueArguments         map[string]map[string]any `json:"celeriac_queue_arguments"`
+}
+
+// knownSettings returns the JSON names of the settings celeriac reads.
+func knownSettings() map[string]bool {
+	known := map[string]bool{}
+	t := reflect.TypeFor[settings]()
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			known[name] = true
+		}
+	}
+	return known
 }
 
 type transportOpts struct {
@@ -46,7 +60,8 @@ type transportOpts struct {
 	QueueOrderStrategy string   `json:"queue_order_strategy"`
 }
 
-// globalFlags are the flags every command shares.
+// globalFlags are the flags every command shares, and what they lead to:
+// the settings of the config file and the logger.
 type globalFlags struct {
 	configFile    string
 	broker        string
@@ -55,6 +70,9 @@ type globalFlags struct {
 	logFormat     string
 	file          settings
 	log           *zap.Logger
+
+	stderr   io.Writer         // where logs go
+	onLogger func(*zap.Logger) // nil, or told about the logger (main)
 }
 
 func (g *globalFlags) register(root *cobra.Command) {
@@ -66,27 +84,51 @@ func (g *globalFlags) register(root *cobra.Command) {
 	f.StringVar(&g.logFormat, "log-format", "console", "log format: console or json")
 }
 
-// load reads the config file and builds the logger.
+// load builds the logger and reads the config file. Settings celeriac does
+// not read are logged, not silently dropped: a misspelt name would
+// otherwise look applied.
 func (g *globalFlags) load() error {
-	if g.configFile != "" {
-		b, err := os.ReadFile(g.configFile)
-		if err != nil {
-			return usagef("config: %v", err)
-		}
-		if err := json.Unmarshal(b, &g.file); err != nil {
-			return usagef("config %s: %v", g.configFile, err)
-		}
-		integralArguments(g.file.QueueArguments)
-	}
-	log, err := newLogger(g.logLevel, g.logFormat)
+	log, err := newLogger(g.logLevel, g.logFormat, g.stderr)
 	if err != nil {
 		return err
 	}
 	g.log = log
+	if g.onLogger != nil {
+		g.onLogger(log)
+	}
+	if g.configFile == "" {
+		return nil
+	}
+	b, err := os.ReadFile(g.configFile)
+	if err != nil {
+		return usagef("--config: %v", err)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return usagef("--config %s: not a JSON object of Celery settings: %v", g.configFile, err)
+	}
+	if err := json.Unmarshal(b, &g.file); err != nil {
+		return usagef("--config %s: %v", g.configFile, err)
+	}
+	integralArguments(g.file.QueueArguments)
+	known := knownSettings()
+	var unknown []string
+	for k := range raw {
+		if !known[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		g.log.Warn("config file settings celeriac does not read (lower-case Celery names only)",
+			zap.String("file", g.configFile), zap.Strings("settings", unknown))
+	}
 	return nil
 }
 
-func newLogger(level, format string) (*zap.Logger, error) {
+// newLogger builds the zap logger of --loglevel and --log-format, writing
+// to w.
+func newLogger(level, format string, w io.Writer) (*zap.Logger, error) {
 	var lvl zapcore.Level
 	switch strings.ToLower(level) {
 	case "debug":
@@ -102,20 +144,22 @@ func newLogger(level, format string) (*zap.Logger, error) {
 	default:
 		return nil, usagef("unknown --loglevel %q (debug, info, warning, error, critical)", level)
 	}
-	var cfg zap.Config
-	switch format {
+	var enc zapcore.Encoder
+	switch strings.ToLower(format) {
 	case "json":
-		cfg = zap.NewProductionConfig()
+		enc = zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
 	case "console", "":
-		cfg = zap.NewDevelopmentConfig()
-		cfg.EncoderConfig.EncodeLevel = zapcore.CapitalLevelEncoder
+		cfg := zap.NewDevelopmentEncoderConfig()
+		cfg.EncodeLevel = zapcore.CapitalLevelEncoder
+		enc = zapcore.NewConsoleEncoder(cfg)
 	default:
 		return nil, usagef("unknown --log-format %q (console, json)", format)
 	}
-	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	cfg.DisableStacktrace = true
-	cfg.Sampling = nil
-	return cfg.Build()
+	if w == nil {
+		w = os.Stderr
+	}
+	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)
+	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), nil
 }
 
 // options resolves the connection settings: flags, then environment, then
@@ -144,8 +188,14 @@ func (g *globalFlags) options() connect.Options {
 	return o
 }
 
+// open connects for the client commands (send, inspect, control, purge,
+// dlq). Unlike the worker they refuse to run without a broker: an
+// in-process broker would reach no worker and make every command a no-op.
 func (g *globalFlags) open(ctx context.Context) (*connect.Conn, error) {
 	o := g.options()
+	if strings.TrimSpace(o.BrokerURL) == "" {
+		return nil, usagef("no broker: give --broker, set CELERY_BROKER_URL or broker_url in --config")
+	}
 	g.log.Debug("connecting", zap.String("broker", connect.Redact(o.BrokerURL)), zap.String("result_backend", connect.Redact(o.ResultBackend)))
 	return connect.Open(ctx, o)
 }

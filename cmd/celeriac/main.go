@@ -1,7 +1,7 @@
 // Command celeriac is celeriac's command line: a worker for the example
 // tasks, and the tools a Celery user reaches for — send (celery call),
-// inspect and control (against Python and Go workers alike), dlq (list and
-// replay dead letters) and purge.
+// inspect, control and status (against Python and Go workers alike), dlq
+// (list and replay dead letters) and purge.
 //
 // Configuration comes from flags, then the environment (CELERY_BROKER_URL,
 // CELERY_RESULT_BACKEND), then a JSON file of Celery settings (--config).
@@ -16,8 +16,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 )
 
 // Exit codes.
@@ -36,15 +39,40 @@ func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
-var errNoReply = errors.New("no nodes replied within time constraint")
+// noReplyError is Celery's "No nodes replied within time constraint", in
+// Celery's words so that scripts written for `celery inspect` still match.
+type noReplyError struct{}
+
+func (noReplyError) Error() string { return "No nodes replied within time constraint" }
+
+var errNoReply error = noReplyError{}
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	// go-redis logs connection failures through a logger of its own, a
+	// process global: only the process (not run, which tests call
+	// concurrently) may set it. Its lines go through zap so that
+	// --log-format json output stays JSON.
+	os.Exit(runWith(context.Background(), os.Args[1:], os.Stdout, os.Stderr, func(log *zap.Logger) {
+		goredis.SetLogger(redisLogger{log.Named("go-redis")})
+	}))
+}
+
+// redisLogger routes go-redis's log lines to zap at debug level: the
+// transports log the failures that matter themselves, rate-limited.
+type redisLogger struct{ log *zap.Logger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Debug(fmt.Sprintf(format, v...))
 }
 
 // run executes the command line and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRoot()
+	return runWith(ctx, args, stdout, stderr, nil)
+}
+
+// runWith is run with a hook that sees the logger once the flags are parsed.
+func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, onLogger func(*zap.Logger)) int {
+	root := newRoot(stderr, onLogger)
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -54,13 +82,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	name := "celeriac"
 	if cmd != nil && cmd != root {
-		name += " " + cmd.Name()
+		name = cmd.CommandPath()
 	}
 	fmt.Fprintf(stderr, "%s: %v\n", name, err)
 	var ue usageError
 	switch {
-	case errors.As(err, &ue) || isFlagError(err):
-		if cmd != nil {
+	case errors.As(err, &ue) || isFlagError(err) || isCommandError(err):
+		switch {
+		case cmd == nil || cmd == root:
+			fmt.Fprintf(stderr, "run 'celeriac --help' for the commands\n")
+		default:
 			fmt.Fprintf(stderr, "usage: %s\nrun '%s --help' for details\n", cmd.UseLine(), cmd.CommandPath())
 		}
 		return exitUsage
@@ -78,8 +109,14 @@ func isFlagError(err error) bool {
 	return errors.As(err, &fe)
 }
 
-func newRoot() *cobra.Command {
-	g := &globalFlags{}
+// isCommandError recognises cobra's unknown (sub)command error, which it
+// returns as plain text.
+func isCommandError(err error) bool {
+	return strings.HasPrefix(err.Error(), "unknown command ")
+}
+
+func newRoot(stderr io.Writer, onLogger func(*zap.Logger)) *cobra.Command {
+	g := &globalFlags{stderr: stderr, onLogger: onLogger}
 	root := &cobra.Command{
 		Use:   "celeriac",
 		Short: "A Celery-protocol-compatible task worker in Go",
@@ -97,7 +134,7 @@ file of Celery settings (--config), in that order.`,
 	root.CompletionOptions.DisableDefaultCmd = true
 	g.register(root)
 	root.AddCommand(newWorkerCmd(g), newSendCmd(g), newInspectCmd(g), newControlCmd(g),
-		newDLQCmd(g), newPurgeCmd(g))
+		newStatusCmd(g), newDLQCmd(g), newPurgeCmd(g))
 	return root
 }
 

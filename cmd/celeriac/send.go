@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 )
 
 type sendFlags struct {
+	args       string
 	kwargs     string
 	countdown  float64
 	eta        string
@@ -36,14 +38,21 @@ func newSendCmd(g *globalFlags) *cobra.Command {
 		Short: "Publish a task, like `celery call`",
 		Long: `Publish a task message that Python Celery workers and celeriac workers accept,
 and print its id. Each ARG is parsed as JSON (2, "x", [1, 2], {"a": 1}, null),
-falling back to a plain string.`,
+falling back to a plain string; --args takes them all as one JSON list, as
+celery call does.
+
+With --wait the result is awaited (a result backend is needed) and printed
+as JSON; the exit status is 1 when the task failed, was revoked or no result
+came within --timeout.`,
 		Example: `  celeriac send tasks.add 2 3 --wait
+  celeriac send tasks.add --args '[2, 3]'
   celeriac send tasks.echo hello --kwargs '{"n": 1}' --countdown 10 -Q priority`,
 		Args: args(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error { return runSend(cmd, g, f, a) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.kwargs, "kwargs", "", "keyword arguments as a JSON object")
+	fl.StringVarP(&f.args, "args", "a", "", "positional arguments as a JSON list (instead of ARGs)")
+	fl.StringVarP(&f.kwargs, "kwargs", "k", "", "keyword arguments as a JSON object")
 	fl.Float64Var(&f.countdown, "countdown", 0, "seconds to wait before running")
 	fl.StringVar(&f.eta, "eta", "", "ISO 8601 time to run at")
 	fl.Float64Var(&f.expires, "expires", 0, "seconds after which the task is not run")
@@ -54,7 +63,8 @@ falling back to a plain string.`,
 	fl.StringVar(&f.taskID, "task-id", "", "task id (default: a new UUID)")
 	fl.StringVar(&f.serializer, "serializer", "json", "json or msgpack")
 	fl.BoolVar(&f.wait, "wait", false, "wait for the result and print it")
-	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long --wait waits")
+	f.timeout = 30 * time.Second
+	fl.Var(secondsValue{&f.timeout}, "timeout", "seconds --wait waits (or a duration: 1m)")
 	return cmd
 }
 
@@ -71,6 +81,17 @@ func runSend(cmd *cobra.Command, g *globalFlags, f *sendFlags, a []string) error
 	var posargs []any
 	for _, s := range a[1:] {
 		posargs = append(posargs, parseArg(s))
+	}
+	if f.args != "" {
+		if len(posargs) > 0 {
+			return usagef("give the arguments either as ARGs or with --args, not both")
+		}
+		v, err := protocol.Unmarshal(protocol.ContentTypeJSON, []byte(f.args), protocol.DecodeOptions{})
+		list, ok := v.([]any)
+		if err != nil || !ok {
+			return usagef("--args must be a JSON list, got %q", f.args)
+		}
+		posargs = list
 	}
 	var kwargs map[string]any
 	if f.kwargs != "" {
@@ -120,6 +141,9 @@ func runSend(cmd *cobra.Command, g *globalFlags, f *sendFlags, a []string) error
 		return err
 	}
 	defer conn.Close()
+	if f.wait && conn.Backend == nil {
+		return usagef("--wait needs a result backend (--result-backend, CELERY_RESULT_BACKEND or result_backend in --config)")
+	}
 	p := worker.NewProducer(conn.Transport, worker.ProducerConfig{DefaultQueue: g.file.TaskDefaultQueue})
 	id, err := p.SendTask(ctx, name, posargs, kwargs, opts...)
 	if err != nil {
@@ -129,12 +153,12 @@ func runSend(cmd *cobra.Command, g *globalFlags, f *sendFlags, a []string) error
 	if !f.wait {
 		return nil
 	}
-	if conn.Backend == nil {
-		return usagef("--wait needs a result backend (--result-backend or CELERY_RESULT_BACKEND)")
-	}
 	wctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	m, err := connect.Wait(wctx, conn.Backend, id)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return fmt.Errorf("no result for task %s within %s (is a worker consuming the queue?)", id, f.timeout)
+	}
 	if err != nil {
 		return fmt.Errorf("waiting for %s: %w", id, err)
 	}

@@ -10,10 +10,12 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
 	"github.com/celeriac/celeriac/examples/demotasks"
@@ -75,20 +77,35 @@ func newWorkerCmd(g *globalFlags) *cobra.Command {
 (tasks.add, tasks.mul, tasks.tsum, tasks.echo, tasks.wordcount, tasks.sha256,
 tasks.primes, tasks.fail, tasks.sleep, tasks.flaky), consuming the given queues.
 
+Flags win over the config file's settings (worker_concurrency,
+worker_prefetch_multiplier, task_queues, task_acks_late, ...), which win over
+the defaults.
+
 The first SIGTERM or SIGINT starts a warm shutdown: no new tasks, running
 tasks finish (up to --shutdown-timeout), unstarted ones go back to the broker.
-A second signal is a cold shutdown.`,
+A second signal is a cold shutdown. The shutdown control command is a warm
+shutdown too.
+
+With --metrics-addr the worker serves Prometheus metrics on /metrics,
+/healthz (the process is up) and /readyz (the broker and result backend
+answer; 503 otherwise).`,
 		Example: `  CELERY_BROKER_URL=redis://localhost:6379/0 CELERY_RESULT_BACKEND=redis://localhost:6379/1 \
-    celeriac worker -Q celery -c 8 -E`,
+    celeriac worker -Q celery -c 8 -E
+  celeriac worker -b amqp://guest:guest@localhost// -n web1@%h --metrics-addr :9808 --log-format json`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error { return runWorker(cmd, g, f) },
 	}
+	f.register(cmd)
+	return cmd
+}
+
+func (f *workerFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVarP(&f.queues, "queues", "Q", "", "comma-separated queues to consume (default: task_queues or \"celery\")")
-	fl.IntVarP(&f.concurrency, "concurrency", "c", 0, "tasks run at once (default: worker_concurrency or the number of CPUs)")
+	fl.StringVarP(&f.queues, "queues", "Q", "", "comma-separated queues to consume (default: task_queues, else task_default_queue, else \"celery\")")
+	fl.IntVarP(&f.concurrency, "concurrency", "c", 0, "tasks run at once (default: worker_concurrency, else the number of CPUs)")
 	fl.StringVarP(&f.hostname, "hostname", "n", "", "node name, with %h %n %d expanded (default celery@%h)")
-	fl.BoolVarP(&f.taskEvents, "task-events", "E", false, "send task events (for Flower, celery events)")
-	fl.IntVar(&f.prefetchMultiplier, "prefetch-multiplier", 0, "worker_prefetch_multiplier (default 4)")
+	fl.BoolVarP(&f.taskEvents, "task-events", "E", false, "send task events for Flower and celery events (worker_send_task_events)")
+	fl.IntVar(&f.prefetchMultiplier, "prefetch-multiplier", 4, "worker_prefetch_multiplier; 0 means unlimited")
 	fl.BoolVar(&f.withoutHeartbeat, "without-heartbeat", false, "do not send worker heartbeat events")
 	fl.BoolVar(&f.withoutGossip, "without-gossip", false, "accepted for Celery compatibility (celeriac does not gossip)")
 	fl.BoolVar(&f.withoutMingle, "without-mingle", false, "accepted for Celery compatibility (celeriac does not mingle)")
@@ -99,8 +116,8 @@ A second signal is a cold shutdown.`,
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a warm shutdown waits for running tasks")
 	fl.IntVar(&f.maxMessageSize, "max-message-size", 0, "largest accepted message body in bytes (default 64 MiB); larger ones are dead-lettered")
 	fl.IntVar(&f.maxNestingDepth, "max-nesting-depth", 0, "deepest accepted nesting of arrays and maps in a body (default 256); deeper ones are dead-lettered")
-	fl.BoolVar(&f.resultExtended, "result-extended", false, "store name, args, kwargs, worker, retries and queue with results")
-	fl.BoolVar(&f.trackStarted, "track-started", false, "store STARTED when a task starts")
+	fl.BoolVar(&f.resultExtended, "result-extended", false, "store name, args, kwargs, worker, retries and queue with results (result_extended)")
+	fl.BoolVar(&f.trackStarted, "track-started", false, "store STARTED when a task starts (task_track_started)")
 	fl.Float64Var(&f.visibilityTimeout, "visibility-timeout", 0, "Redis visibility_timeout in seconds (default 3600)")
 	fl.StringVar(&f.globalKeyPrefix, "global-keyprefix", "", "Redis global_keyprefix")
 	fl.IntVar(&f.etaTaskLimit, "eta-task-limit", 0, "worker_eta_task_limit (default 10000)")
@@ -109,76 +126,63 @@ A second signal is a cold shutdown.`,
 	fl.StringArrayVar(&f.globalRateLimits, "global-rate-limit", nil, "rate limit of a task across all workers: NAME=RATE[@BUCKET] (tasks.sleep=5/s@api: tasks naming one bucket share it); repeatable")
 	fl.IntVar(&f.globalRateBurst, "global-rate-burst", 1, "bucket size of --global-rate-limit: how many starts may come at once")
 	fl.StringVar(&f.rateLimitURL, "rate-limit-url", "", "Redis for --global-rate-limit (default $CELERIAC_RATE_LIMIT_URL, else the result backend when it is Redis)")
-	return cmd
 }
 
-func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
+// workerSetup resolves the worker's configuration and connection options:
+// a flag given on the command line wins over the config file's setting,
+// which wins over the flag's default.
+func workerSetup(fl *pflag.FlagSet, g *globalFlags, f *workerFlags) (worker.Config, connect.Options, error) {
 	file := g.file
+	set := fl.Changed
 	cfg := worker.Config{
-		Hostname:           f.hostname,
-		Concurrency:        f.concurrency,
-		PrefetchMultiplier: f.prefetchMultiplier,
-		SendTaskEvents:     f.taskEvents,
-		WithoutHeartbeat:   f.withoutHeartbeat,
-		QueueOrder:         worker.QueueOrder(f.queueOrder),
-		AcksLate:           f.acksLate,
-		TimeLimit:          seconds(f.timeLimit),
-		SoftTimeLimit:      seconds(f.softTimeLimit),
-		ShutdownTimeout:    f.shutdownTimeout,
-		MaxMessageSize:     f.maxMessageSize,
-		MaxNestingDepth:    f.maxNestingDepth,
-		ResultExtended:     f.resultExtended,
-		TrackStarted:       f.trackStarted,
-		ETATaskLimit:       f.etaTaskLimit,
-		DefaultQueue:       file.TaskDefaultQueue,
-		QueueArguments:     file.QueueArguments,
-		Logger:             g.log,
+		Hostname:         f.hostname,
+		WithoutHeartbeat: f.withoutHeartbeat,
+		QueueOrder:       worker.QueueOrder(f.queueOrder),
+		ShutdownTimeout:  f.shutdownTimeout,
+		MaxMessageSize:   f.maxMessageSize,
+		MaxNestingDepth:  f.maxNestingDepth,
+		DefaultQueue:     file.TaskDefaultQueue,
+		QueueArguments:   file.QueueArguments,
+		Logger:           g.log,
 	}
-	if f.queues != "" {
+	if set("queues") {
 		for _, q := range strings.Split(f.queues, ",") {
 			if q = strings.TrimSpace(q); q != "" {
 				cfg.Queues = append(cfg.Queues, q)
 			}
 		}
+		if len(cfg.Queues) == 0 {
+			return cfg, connect.Options{}, usagef("-Q/--queues names no queue")
+		}
 	} else {
 		cfg.Queues = file.TaskQueues
 	}
-	if cfg.Concurrency == 0 && file.WorkerConcurrency != nil {
-		cfg.Concurrency = *file.WorkerConcurrency
+	cfg.Concurrency = pick(set("concurrency"), f.concurrency, file.WorkerConcurrency)
+	if cfg.Concurrency < 0 {
+		return cfg, connect.Options{}, usagef("--concurrency must not be negative")
 	}
-	if cfg.PrefetchMultiplier == 0 && file.WorkerPrefetchMult != nil {
-		cfg.PrefetchMultiplier = *file.WorkerPrefetchMult
-		if cfg.PrefetchMultiplier == 0 {
-			cfg.PrefetchMultiplier = -1 // Celery: 0 means unlimited
-		}
+	pm := pick(set("prefetch-multiplier"), f.prefetchMultiplier, file.WorkerPrefetchMult)
+	switch {
+	case pm < 0:
+		return cfg, connect.Options{}, usagef("--prefetch-multiplier must not be negative")
+	case pm == 0:
+		cfg.PrefetchMultiplier = -1 // Celery: 0 means unlimited
+	default:
+		cfg.PrefetchMultiplier = pm
 	}
-	if !cfg.AcksLate && file.TaskAcksLate != nil {
-		cfg.AcksLate = *file.TaskAcksLate
-	}
+	cfg.SendTaskEvents = pick(set("task-events"), f.taskEvents, file.WorkerSendTaskEvents)
+	cfg.AcksLate = pick(set("acks-late"), f.acksLate, file.TaskAcksLate)
 	if file.TaskAcksOnFailure != nil {
 		// Celery acknowledges a failed acks_late message (true, its
 		// default); celeriac's default dead-letters it.
 		dead := !*file.TaskAcksOnFailure
 		cfg.DeadLetterOnFailure = &dead
 	}
-	if !cfg.SendTaskEvents && file.WorkerSendTaskEvents != nil {
-		cfg.SendTaskEvents = *file.WorkerSendTaskEvents
-	}
-	if !cfg.ResultExtended && file.ResultExtended != nil {
-		cfg.ResultExtended = *file.ResultExtended
-	}
-	if !cfg.TrackStarted && file.TaskTrackStarted != nil {
-		cfg.TrackStarted = *file.TaskTrackStarted
-	}
-	if cfg.TimeLimit == 0 && file.TaskTimeLimit != nil {
-		cfg.TimeLimit = seconds(*file.TaskTimeLimit)
-	}
-	if cfg.SoftTimeLimit == 0 && file.TaskSoftTimeLimit != nil {
-		cfg.SoftTimeLimit = seconds(*file.TaskSoftTimeLimit)
-	}
-	if cfg.ETATaskLimit == 0 && file.WorkerEtaTaskLimit != nil {
-		cfg.ETATaskLimit = *file.WorkerEtaTaskLimit
-	}
+	cfg.ResultExtended = pick(set("result-extended"), f.resultExtended, file.ResultExtended)
+	cfg.TrackStarted = pick(set("track-started"), f.trackStarted, file.TaskTrackStarted)
+	cfg.TimeLimit = seconds(pick(set("time-limit"), f.timeLimit, file.TaskTimeLimit))
+	cfg.SoftTimeLimit = seconds(pick(set("soft-time-limit"), f.softTimeLimit, file.TaskSoftTimeLimit))
+	cfg.ETATaskLimit = pick(set("eta-task-limit"), f.etaTaskLimit, file.WorkerEtaTaskLimit)
 	if len(file.TaskRoutes) > 0 {
 		cfg.Routes = map[string]string{}
 		for name, r := range file.TaskRoutes {
@@ -188,12 +192,47 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 			case map[string]any:
 				if q, ok := r["queue"].(string); ok {
 					cfg.Routes[name] = q
+					continue
 				}
+				return cfg, connect.Options{}, usagef("config: task_routes[%q] has no \"queue\"", name)
+			default:
+				return cfg, connect.Options{}, usagef("config: task_routes[%q] must be a queue name or {\"queue\": ...}", name)
 			}
 		}
 	}
 	if err := cfg.Validate(); err != nil {
-		return usageError{err}
+		return cfg, connect.Options{}, usageError{err}
+	}
+
+	o := g.options()
+	if set("visibility-timeout") {
+		o.VisibilityTimeout = seconds(f.visibilityTimeout)
+	}
+	if set("global-keyprefix") {
+		o.GlobalKeyPrefix = f.globalKeyPrefix
+	}
+	if f.rateLimitURL != "" {
+		o.RateLimitURL = f.rateLimitURL
+	}
+	if cfg.QueueOrder == worker.QueueOrderStrict && o.QueueOrderStrategy == "" {
+		o.QueueOrderStrategy = "priority" // Redis pops in -Q order too
+	}
+	return cfg, o, nil
+}
+
+// pick returns the flag's value when it was given, else the file's setting
+// when present, else the flag's default.
+func pick[T any](flagSet bool, flag T, file *T) T {
+	if !flagSet && file != nil {
+		return *file
+	}
+	return flag
+}
+
+func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
+	cfg, o, err := workerSetup(cmd.Flags(), g, f)
+	if err != nil {
+		return err
 	}
 	tasks, err := rateLimitedTasks(demotasks.Tasks(), f.rateLimits, f.globalRateLimits, f.globalRateBurst)
 	if err != nil {
@@ -208,18 +247,15 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
-	o := g.options()
-	if f.visibilityTimeout > 0 {
-		o.VisibilityTimeout = seconds(f.visibilityTimeout)
-	}
-	if f.globalKeyPrefix != "" {
-		o.GlobalKeyPrefix = f.globalKeyPrefix
-	}
-	if f.rateLimitURL != "" {
-		o.RateLimitURL = f.rateLimitURL
-	}
-	if cfg.QueueOrder == worker.QueueOrderStrict && o.QueueOrderStrategy == "" {
-		o.QueueOrderStrategy = "priority" // Redis pops in -Q order too
+	// The metrics address is checked before connecting: a typo in it is a
+	// usage error, whatever the broker does.
+	var ln net.Listener
+	if f.metricsAddr != "" {
+		ln, err = net.Listen("tcp", f.metricsAddr)
+		if err != nil {
+			return usagef("--metrics-addr: %v", err)
+		}
+		defer ln.Close()
 	}
 	if connect.Scheme(o.BrokerURL) == "" || connect.Scheme(o.BrokerURL) == "memory" {
 		g.log.Warn("no broker configured (--broker, CELERY_BROKER_URL): using an in-process broker that nothing else can reach")
@@ -240,7 +276,7 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 		mux.Handle(t.Name, t.Handler, t.Options...)
 	}
 	var metrics *prommetrics.Metrics
-	if f.metricsAddr != "" {
+	if ln != nil {
 		metrics = prommetrics.New(nil)
 		cfg.Observer = metrics
 	}
@@ -248,16 +284,15 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 	if err != nil {
 		return err
 	}
+	// Every goroutine started here ends before runWorker returns.
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	if metrics != nil {
 		metrics.Watch(w)
-		srv := &http.Server{Addr: f.metricsAddr, Handler: metrics.Handler(func(ctx context.Context) error {
+		srv := &http.Server{Handler: metrics.Handler(func(ctx context.Context) error {
 			return ping(ctx, conn)
 		}), ReadHeaderTimeout: 5 * time.Second}
-		ln, err := net.Listen("tcp", f.metricsAddr)
-		if err != nil {
-			return fmt.Errorf("--metrics-addr: %w", err)
-		}
-		go func() { _ = srv.Serve(ln) }()
+		wg.Go(func() { _ = srv.Serve(ln) })
 		defer srv.Close()
 		g.log.Info("serving metrics", zap.String("addr", ln.Addr().String()))
 	}
@@ -265,21 +300,30 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 		zap.String("broker", connect.Redact(o.BrokerURL)),
 		zap.String("result_backend", connect.Redact(o.ResultBackend)),
 		zap.String("hostname", w.Hostname()))
-	go func() {
+	stopped := make(chan struct{})
+	defer close(stopped)
+	wg.Go(func() {
 		select {
 		case s := <-sigs:
 			g.log.Info("warm shutdown requested (send the signal again for a cold shutdown)", zap.String("signal", s.String()))
 			cancel()
 		case <-ctx.Done():
+		case <-stopped:
 			return
 		}
-		s := <-sigs
-		g.log.Warn("cold shutdown requested", zap.String("signal", s.String()))
-		w.Close()
-	}()
+		select {
+		case s := <-sigs:
+			g.log.Warn("cold shutdown requested", zap.String("signal", s.String()))
+			w.Close()
+		case <-stopped:
+		}
+	})
 	err = w.Run(ctx)
 	if errors.Is(err, context.Canceled) {
 		err = nil
+	}
+	if err == nil {
+		g.log.Info("celeriac worker stopped", zap.String("hostname", w.Hostname()))
 	}
 	return err
 }
