@@ -223,6 +223,10 @@ func openBroker(ctx context.Context, o Options) (transport.Transport, string, er
 	raw := strings.TrimSpace(o.BrokerURL)
 	switch s := Scheme(raw); s {
 	case "", "memory":
+		if s == "" && raw != "" {
+			// Not silently memory://: a task sent there reaches nobody.
+			return nil, "", fmt.Errorf("connect: broker %q is not a URL (want amqp://, redis://, sentinel:// or memory://)", Redact(raw))
+		}
 		return memory.New(memory.Config{Broker: o.Broker}), "memory", nil
 	case "amqp", "amqps", "pyamqp", "librabbitmq":
 		var urls []string
@@ -305,12 +309,14 @@ func Redact(raw string) string {
 			parts[i] = "<unparsable url>"
 			continue
 		}
+		// A URL without a password is left as written: u.String() would
+		// turn memory:// into memory: in the logs.
 		if u.User != nil {
 			if _, has := u.User.Password(); has {
 				u.User = url.UserPassword(u.User.Username(), "xxx")
+				parts[i] = u.String()
 			}
 		}
-		parts[i] = u.String()
 	}
 	return strings.Join(parts, ";")
 }
