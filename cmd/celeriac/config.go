@@ -107,17 +107,26 @@ func (g *globalFlags) load() error {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return usagef("--config %s: not a JSON object of Celery settings: %v", g.configFile, err)
 	}
+	// encoding/json matches names case-insensitively: BROKER_URL would
+	// fill broker_url. Only the exact names are decoded.
+	known := knownSettings()
+	exact := map[string]json.RawMessage{}
+	var unknown []string
+	for k, v := range raw {
+		if known[k] {
+			exact[k] = v
+		} else {
+			unknown = append(unknown, k)
+		}
+	}
+	b, err = json.Marshal(exact)
+	if err != nil {
+		return usagef("--config %s: %v", g.configFile, err)
+	}
 	if err := json.Unmarshal(b, &g.file); err != nil {
 		return usagef("--config %s: %v", g.configFile, err)
 	}
 	integralArguments(g.file.QueueArguments)
-	known := knownSettings()
-	var unknown []string
-	for k := range raw {
-		if !known[k] {
-			unknown = append(unknown, k)
-		}
-	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
 		g.log.Warn("config file settings celeriac does not read (lower-case Celery names only)",

@@ -181,3 +181,20 @@ func deleteQueue(bc brokerCase, q string) {
 		rdb.Del(ctx, "_kombu.binding."+q)
 	}
 }
+
+func timeAfter(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// waitPong waits until node answers a ping.
+func waitPong(t *testing.T, bc brokerCase, node string) {
+	t.Helper()
+	deadline := time.Now().Add(waitBound)
+	for {
+		r := celeriac(t, "-b", bc.broker, "inspect", "ping", "-d", node, "-t", "0.5")
+		if r.code == exitOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not answer:\n%s", node, r)
+		}
+	}
+}
