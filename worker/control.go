@@ -624,10 +624,30 @@ func (w *Worker) setRateLimit(name string, v any) map[string]any {
 	if err != nil {
 		return nok(err.Error())
 	}
-	if r, _ := ParseRate(limit); r.IsZero() {
+	// The reply follows Celery's `if not rate_limit`: only a false value
+	// (None, "", 0) says disabled. "0" from `celery control rate_limit`
+	// is a non-empty string there, so it says set, though both disable.
+	if falsy(v) {
 		return ok("rate limit disabled successfully")
 	}
 	return ok("new rate limit set successfully")
+}
+
+// falsy is Python truthiness for decoded JSON/msgpack scalars.
+func falsy(v any) bool {
+	switch v := v.(type) {
+	case nil:
+		return true
+	case string:
+		return v == ""
+	case bool:
+		return !v
+	case int64:
+		return v == 0
+	case float64:
+		return v == 0
+	}
+	return false
 }
 
 func (w *Worker) setTimeLimit(name string, hard, soft any) map[string]any {

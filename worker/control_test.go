@@ -195,7 +195,12 @@ func TestControlRateLimitAndEvents(t *testing.T) {
 		key    string
 	}{
 		{"rate_limit", map[string]any{"task_name": "tasks.add", "rate_limit": "10/m"}, "new rate limit set successfully", "ok"},
-		{"rate_limit", map[string]any{"task_name": "tasks.add", "rate_limit": "0"}, "rate limit disabled successfully", "ok"},
+		{"rate_limit", map[string]any{"task_name": "tasks.add", "rate_limit": int64(0)}, "rate limit disabled successfully", "ok"},
+		{"rate_limit", map[string]any{"task_name": "tasks.add", "rate_limit": nil}, "rate limit disabled successfully", "ok"},
+		// celery control rate_limit sends the string; Celery's reply then
+		// says set (the limit is off all the same).
+		{"rate_limit", map[string]any{"task_name": "tasks.add", "rate_limit": "0"}, "new rate limit set successfully", "ok"},
+		{"rate_limit", map[string]any{"task_name": "tasks.add", "rate_limit": "ten"}, "Invalid rate limit string: worker: invalid rate limit \"ten\"", "error"},
 		{"rate_limit", map[string]any{"task_name": "tasks.nope", "rate_limit": "1/s"}, "unknown task", "error"},
 		{"time_limit", map[string]any{"task_name": "tasks.add", "hard": 10.0, "soft": 5.0}, "time limits set successfully", "ok"},
 		{"enable_events", nil, "task events enabled", "ok"},
