@@ -459,7 +459,9 @@ func pretty(v any) (status, body string) {
 		if err != nil {
 			return "OK", protocol.Repr(v)
 		}
-		return "OK", b
+		// Celery passes this JSON through pygments, which ends it with a
+		// newline: celery prints a line of blanks after it, and so do we.
+		return "OK", b + "\n"
 	case string:
 		return "OK", v
 	}
