@@ -156,69 +156,9 @@ func sendID(t *testing.T, bc brokerCase, args ...string) string {
 	return strings.TrimSpace(strings.SplitN(r.stdout, "\n", 2)[0])
 }
 
-// ownRedis is a redis-server of the test's own, with a password, that the
-// test may stop and start again on the same port: the shared server must
-// stay up for everyone else.
-type ownRedis struct {
-	t        *testing.T
-	bin, dir string
-	port     int
-	password string
-	cmd      *exec.Cmd
-}
-
-func startOwnRedis(t *testing.T) *ownRedis {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		unavailable(t, "redis-server not installed: %v", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	r := &ownRedis{t: t, bin: bin, dir: t.TempDir(), port: port, password: "it-cli-pw-" + cliRand()}
-	r.start()
-	t.Cleanup(r.stop)
-	return r
-}
-
-// url returns the server's URL with its password, for db.
-func (r *ownRedis) url(db int) string {
-	return fmt.Sprintf("redis://:%s@127.0.0.1:%d/%d", r.password, r.port, db)
-}
-
-func (r *ownRedis) start() {
-	r.t.Helper()
-	r.cmd = exec.Command(r.bin, "--port", fmt.Sprint(r.port), "--bind", "127.0.0.1", "--requirepass", r.password,
-		"--save", "", "--appendonly", "no", "--dir", r.dir)
-	if err := r.cmd.Start(); err != nil {
-		r.t.Fatal(err)
-	}
-	deadline := time.Now().Add(cliWait)
-	for {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", r.port))
-		if err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatal("redis-server did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (r *ownRedis) stop() {
-	if r.cmd == nil {
-		return
-	}
-	_ = r.cmd.Process.Kill()
-	_ = r.cmd.Wait()
-	r.cmd = nil
-}
+// The outage and password tests use startOwnRedis (faults_servers_test.go):
+// a password-protected redis-server of the test's own that may be stopped
+// and started again on the same port while the shared one stays up.
 
 // tcpProxy forwards to a broker until the test breaks it: refuse new
 // connections and drop the current ones, as a broker that goes away does.

@@ -257,8 +257,8 @@ func checkReadyz(t *testing.T, bc brokerCase, p *workerProc, q, password string,
 // test's own, with a password) going away and coming back, and the
 // password appears neither in the log nor in the probe.
 func TestCLIReadyzRedis(t *testing.T) {
-	srv := startOwnRedis(t)
-	bc := brokerCase{"own-redis", srv.url(0), srv.url(1)}
+	srv := startOwnRedis(t, "it-cli-pw-"+cliRand(), nil)
+	bc := brokerCase{"own-redis", srv.URL(0), srv.URL(1)}
 	q := cliQueue(t, bc)
 	p := startWorkerProc(t, bc, "-Q", q, "-n", "it-cli-ready-"+cliRand()+"@celeriac",
 		"--metrics-addr", "127.0.0.1:0", "--log-format", "json", "-l", "debug")
@@ -297,7 +297,7 @@ func rabbitmqctl(t *testing.T, args ...string) {
 // the password appears nowhere in a debug-level worker log nor in the
 // output of the client commands, whatever they log.
 func TestCLILogsRedacted(t *testing.T) {
-	srv := startOwnRedis(t)
+	srv := startOwnRedis(t, "it-cli-pw-"+cliRand(), nil)
 	user, password := "it_cli_"+cliRand(), "it-cli-pw-"+cliRand()
 	rabbitmqctl(t, "add_user", user, password)
 	t.Cleanup(func() { _ = exec.Command("rabbitmqctl", "delete_user", user).Run() })
@@ -308,8 +308,8 @@ func TestCLILogsRedacted(t *testing.T) {
 		bc       brokerCase
 		password string
 	}{
-		{brokerCase{"redis", srv.url(0), srv.url(1)}, srv.password},
-		{brokerCase{"rabbitmq", fmt.Sprintf("amqp://%s:%s@%s//", user, password, host), srv.url(1)}, password},
+		{brokerCase{"redis", srv.URL(0), srv.URL(1)}, srv.password},
+		{brokerCase{"rabbitmq", fmt.Sprintf("amqp://%s:%s@%s//", user, password, host), srv.URL(1)}, password},
 	} {
 		t.Run(c.bc.name, func(t *testing.T) {
 			bc := c.bc

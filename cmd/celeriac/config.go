@@ -77,7 +77,7 @@ type globalFlags struct {
 
 func (g *globalFlags) register(root *cobra.Command) {
 	f := root.PersistentFlags()
-	f.StringVarP(&g.broker, "broker", "b", "", "broker URL (default $CELERY_BROKER_URL, else memory://)")
+	f.StringVarP(&g.broker, "broker", "b", "", "broker URL (default $CELERY_BROKER_URL, then broker_url of --config)")
 	f.StringVar(&g.resultBackend, "result-backend", "", "result backend URL (default $CELERY_RESULT_BACKEND)")
 	f.StringVar(&g.configFile, "config", "", "JSON file of Celery settings (broker_url, result_backend, worker_concurrency, ...)")
 	f.StringVarP(&g.logLevel, "loglevel", "l", "info", "log level: debug, info, warning, error, critical")
