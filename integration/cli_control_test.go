@@ -210,9 +210,10 @@ func TestCLIInspectControl(t *testing.T) {
 		}
 
 		// revoke before a countdown expires: never run, REVOKED (Python
-		// records it when the countdown is due, celeriac at once).
-		goLater := sendID(t, bc, "-Q", f.goQ, "--countdown", "2", "tasks.add", "1", "2")
-		pyLater := sendID(t, bc, "-Q", f.pyQ, "--countdown", "2", "tasks.add", "1", "2")
+		// records it when the countdown is due, celeriac at once). The
+		// countdown leaves room for slow CLI round trips before the revoke.
+		goLater := sendID(t, bc, "-Q", f.goQ, "--countdown", "8", "tasks.add", "1", "2")
+		pyLater := sendID(t, bc, "-Q", f.pyQ, "--countdown", "8", "tasks.add", "1", "2")
 		eventuallyCLI(t, "both countdown tasks scheduled", func() bool {
 			s := f.both(t, "inspect", "scheduled")
 			return scheduledID(s[f.goNode]) == goLater && scheduledID(s[f.pyNode]) == pyLater
