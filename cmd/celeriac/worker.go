@@ -289,6 +289,7 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 	defer wg.Wait()
 	if metrics != nil {
 		metrics.Watch(w)
+		metrics.WatchBroker(conn.Transport)
 		srv := &http.Server{Handler: metrics.Handler(func(ctx context.Context) error {
 			return ping(ctx, conn)
 		}), ReadHeaderTimeout: 5 * time.Second}

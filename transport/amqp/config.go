@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -226,6 +227,9 @@ func parseURL(raw string) (brokerURL, error) {
 
 // settings is a Config with defaults applied and URLs parsed.
 type settings struct {
+	// reconnects counts reconnections of either connection, for metrics.
+	reconnects atomic.Int64
+
 	Config
 	urls []brokerURL
 	log  *zap.Logger

@@ -227,6 +227,7 @@ func (l *link) supervise(ctx context.Context, sess *session) {
 		l.down = nil
 		close(l.ready)
 		l.mu.Unlock()
+		l.s.reconnects.Add(1)
 		l.log.Info("amqp reconnected", zap.String("url", next.url.redacted), zap.Uint64("session", next.id))
 		sess = next
 	}

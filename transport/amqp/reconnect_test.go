@@ -70,6 +70,9 @@ func TestConsumerReconnect(t *testing.T) {
 	if n := h.dials("consumer"); n != 2 {
 		t.Errorf("consumer connections = %d, want 2", n)
 	}
+	if n := h.tr.Reconnects(); n != 1 {
+		t.Errorf("Reconnects() = %d, want 1", n)
+	}
 	if c.Err() != nil {
 		t.Errorf("Err = %v", c.Err())
 	}

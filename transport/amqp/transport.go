@@ -227,3 +227,7 @@ func (t *Transport) DeleteQueue(ctx context.Context, queue string) error {
 	}
 	return nil
 }
+
+// Reconnects reports how many times a connection to the broker was
+// re-established after it was lost, for metrics.
+func (t *Transport) Reconnects() int64 { return t.s.reconnects.Load() }

@@ -295,6 +295,9 @@ func (c *consumer) run() {
 			attempt++
 			continue
 		}
+		if attempt > 0 {
+			c.t.log.Info("redis: consuming again after a broker error", zap.Int("failed_attempts", attempt))
+		}
 		attempt = 0
 		if len(msgs) == 0 {
 			continue

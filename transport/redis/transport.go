@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -46,6 +47,9 @@ var (
 // Transport is a kombu-compatible Redis transport. It is safe for concurrent
 // use. See the package documentation for the keys it uses.
 type Transport struct {
+	// reconnects counts recoveries of the consumer after broker errors.
+	reconnects atomic.Int64
+
 	cfg    Config
 	log    *zap.Logger
 	rdb    *goredis.Client
@@ -142,6 +146,7 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 		errLimiter:       logLimiter{every: 5 * time.Second},
 		bgErrLimits:      logLimiter{every: 5 * time.Second},
 	}
+	rdb.AddHook(&connWatch{reconnects: &t.reconnects})
 	t.rpopCount = serverAtLeast(ctx, rdb, 6, 2)
 	t.acker = newAcker(t)
 	t.wg.Go(t.acker.run)
@@ -559,3 +564,8 @@ func isRetryable(err error) bool {
 	}
 	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
+
+// Reconnects reports how many times a connection to Redis was dialed again
+// after one was lost (killed, Redis restarted, network dropped), for
+// metrics.
+func (t *Transport) Reconnects() int64 { return t.reconnects.Load() }

@@ -695,6 +695,9 @@ func TestReconnectAfterConnectionsKilled(t *testing.T) {
 	if len(seen) != 100 {
 		t.Fatalf("received %d distinct messages, want 100", len(seen))
 	}
+	if tr.Reconnects() == 0 {
+		t.Error("Reconnects() = 0 after the connections were killed")
+	}
 	if n := e.raw.HLen(ctx, e.key("unacked")).Val(); n != 0 {
 		t.Fatalf("unacked = %d after acks", n)
 	}

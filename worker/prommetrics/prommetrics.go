@@ -79,6 +79,18 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 // Watch adds the gauges of w (running, ready, held, prefetch, concurrency).
 func (m *Metrics) Watch(w *worker.Worker) { m.gauges.set(w) }
 
+// WatchBroker adds celeriac_broker_reconnects_total for a transport that
+// counts its reconnections (transport/amqp and transport/redis do).
+func (m *Metrics) WatchBroker(tr any) {
+	rc, ok := tr.(interface{ Reconnects() int64 })
+	if !ok {
+		return
+	}
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace,
+		Name: "broker_reconnects_total", Help: "Times the broker connection was re-established after it was lost."},
+		func() float64 { return float64(rc.Reconnects()) }))
+}
+
 // TaskReceived implements worker.Observer.
 func (m *Metrics) TaskReceived(name string) { m.received.WithLabelValues(name).Inc() }
 

@@ -91,3 +91,18 @@ func get(t *testing.T, url string) string {
 }
 
 func srvClient() *http.Client { return &http.Client{Timeout: 5 * time.Second} }
+
+type fakeBroker struct{ n int64 }
+
+func (f fakeBroker) Reconnects() int64 { return f.n }
+
+func TestBrokerReconnectsCounter(t *testing.T) {
+	m := prommetrics.New(nil)
+	m.WatchBroker(fakeBroker{n: 3})
+	m.WatchBroker(struct{}{}) // no counter: ignored
+	srv := httptest.NewServer(m.Handler(nil))
+	defer srv.Close()
+	if body := get(t, srv.URL+"/metrics"); !strings.Contains(body, "celeriac_broker_reconnects_total 3") {
+		t.Fatalf("no reconnect counter in:\n%s", body)
+	}
+}
