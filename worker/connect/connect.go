@@ -312,12 +312,13 @@ func Redact(raw string) string {
 		// A URL without a password is left as written: u.String() would
 		// turn memory:// into memory: in the logs.
 		if u.User != nil {
-			if _, has := u.User.Password(); has {
+			if pw, has := u.User.Password(); has {
+				leak := url.UserPassword(u.User.Username(), pw).String() + "@"
+				safe := url.UserPassword(u.User.Username(), "xxx").String() + "@"
 				u.User = url.UserPassword(u.User.Username(), "xxx")
-				// Broker URLs have no use for a fragment, and one could
-				// repeat the credentials (found by FuzzRedact).
-				u.Fragment, u.RawFragment = "", ""
-				parts[i] = u.String()
+				// The credentials may be written again in the query or the
+				// fragment (found by FuzzRedact): hide every copy.
+				parts[i] = strings.ReplaceAll(u.String(), leak, safe)
 			}
 		}
 	}
