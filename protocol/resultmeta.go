@@ -190,6 +190,12 @@ func DecodeResult(data []byte, contentType string, opts DecodeOptions) (*ResultM
 	if m.DateDone, err = optionalTime(doc, rmDateDone); err != nil {
 		return nil, err
 	}
+	// date_done is written back as naive UTC; an aware time whose UTC falls
+	// outside Python's years 1..9999 (0001-01-01T00:00:00+01:00) has no such
+	// form, and Python's astimezone raises OverflowError on it too.
+	if y := m.DateDone.UTC().Year(); !m.DateDone.IsZero() && (y < 1 || y > 9999) {
+		return nil, &DecodeError{Field: rmDateDone, Err: fmt.Errorf("protocol: time %s is outside years 1..9999 in UTC", FormatTime(m.DateDone))}
+	}
 	for _, k := range []string{rmName, rmArgs, rmKwargs, rmWorker, rmRetries, rmQueue} {
 		if _, ok := doc[k]; ok {
 			m.Extended = true
