@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -66,6 +67,7 @@ type workerFlags struct {
 	globalRateLimits   []string
 	globalRateBurst    int
 	rateLimitURL       string
+	cpuProfile         string
 }
 
 func newWorkerCmd(g *globalFlags) *cobra.Command {
@@ -75,7 +77,7 @@ func newWorkerCmd(g *globalFlags) *cobra.Command {
 		Short: "Run a worker for the example tasks (examples/demotasks)",
 		Long: `Run a celeriac worker with the example tasks of examples/demotasks
 (tasks.add, tasks.mul, tasks.tsum, tasks.echo, tasks.wordcount, tasks.sha256,
-tasks.primes, tasks.fail, tasks.sleep, tasks.flaky), consuming the given queues.
+tasks.primes, tasks.fail, tasks.sleep, tasks.noop, tasks.flaky), consuming the given queues.
 
 Flags win over the config file's settings (worker_concurrency,
 worker_prefetch_multiplier, task_queues, task_acks_late, ...), which win over
@@ -125,6 +127,8 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVar(&f.rateLimits, "rate-limit", nil, "per-worker rate limit of a task, as Celery's rate_limit: NAME=RATE (tasks.sleep=10/s); repeatable")
 	fl.StringArrayVar(&f.globalRateLimits, "global-rate-limit", nil, "rate limit of a task across all workers: NAME=RATE[@BUCKET] (tasks.sleep=5/s@api: tasks naming one bucket share it); repeatable")
 	fl.IntVar(&f.globalRateBurst, "global-rate-burst", 1, "bucket size of --global-rate-limit: how many starts may come at once")
+	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for celeriac bench --profile)")
+	_ = fl.MarkHidden("cpu-profile")
 	fl.StringVar(&f.rateLimitURL, "rate-limit-url", "", "Redis for --global-rate-limit (default $CELERIAC_RATE_LIMIT_URL, else the result backend when it is Redis)")
 }
 
@@ -237,6 +241,17 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 	tasks, err := rateLimitedTasks(demotasks.Tasks(), f.rateLimits, f.globalRateLimits, f.globalRateBurst)
 	if err != nil {
 		return usageError{err}
+	}
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return usagef("--cpu-profile: %v", err)
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 
 	// Signals: the first one cancels ctx (warm shutdown); the second closes

@@ -42,6 +42,7 @@ func Tasks() []Task {
 		{Name: "tasks.primes", Handler: Primes},
 		{Name: "tasks.fail", Handler: Fail},
 		{Name: "tasks.sleep", Handler: Sleep},
+		{Name: "tasks.noop", Handler: Noop},
 		{Name: "tasks.flaky", Handler: NewFlaky().Handle, Options: []worker.TaskOption{
 			worker.AcksLate(true),
 			worker.Retry(retry.Policy{
@@ -187,6 +188,10 @@ func Fail(ctx context.Context, t *worker.Task) (any, error) {
 	}
 	return nil, worker.NewException("ValueError", msg)
 }
+
+// Noop accepts any arguments and returns None (tasks.noop): what
+// celeriac bench drains to measure the worker, not the work.
+func Noop(ctx context.Context, t *worker.Task) (any, error) { return nil, nil }
 
 // Sleep sleeps for the given seconds, or until ctx ends (tasks.sleep).
 func Sleep(ctx context.Context, t *worker.Task) (any, error) {

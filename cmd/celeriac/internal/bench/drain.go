@@ -1,0 +1,262 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Drain is one drain: N preloaded messages consumed by one worker.
+type Drain struct {
+	Seconds  float64       // from the first message taken to the last acked (and stored, with results)
+	CPU      time.Duration // the worker's user+system time over that span
+	PeakRSS  int64         // bytes, largest sum over the worker's process tree
+	AckLag   time.Duration // AMQP: how long after the queue emptied rabbitmqctl still saw unacked messages
+	Stalled  string        // why the drain was abandoned; the figures are then not valid
+	N        int
+	StartRSS int64 // RSS when the first message was taken (the worker at rest)
+}
+
+// Rate is tasks per second.
+func (d Drain) Rate() float64 {
+	if d.Seconds <= 0 {
+		return 0
+	}
+	return float64(d.N) / d.Seconds
+}
+
+// CPUPerTask is the worker's CPU time per task.
+func (d Drain) CPUPerTask() time.Duration {
+	if d.N == 0 {
+		return 0
+	}
+	return d.CPU / time.Duration(d.N)
+}
+
+// DrainRow is one worker's repetitions of a drain.
+type DrainRow struct {
+	Kind        Kind
+	Label       string
+	Concurrency int
+	Runs        []Drain
+}
+
+// DrainGroup is every worker draining the same messages: one broker, one
+// result setting, one task.
+type DrainGroup struct {
+	Broker  string
+	Results bool
+	Task    Task
+	N       int
+	Rows    []DrainRow
+}
+
+func (h *harness) drainGroup(ctx context.Context, b string, results bool, t Task) (DrainGroup, error) {
+	g := DrainGroup{Broker: h.kits[b].Name(), Results: results, Task: t, N: h.o.N}
+	msgs, err := h.messages(ctx, b, t, results, 0, h.o.N)
+	if err != nil {
+		return g, err
+	}
+	for _, k := range h.o.Workers {
+		g.Rows = append(g.Rows, DrainRow{Kind: k, Label: k.label(h.o.Concurrency)})
+	}
+	// Repetitions go round the workers (A B C A B C ...) so that a slow
+	// spell of the machine hits them all alike.
+	for rep := 1; rep <= h.o.Reps; rep++ {
+		for i := range g.Rows {
+			row := &g.Rows[i]
+			s := spec{kind: row.Kind, broker: h.kits[b], results: results}
+			if row.Kind == Celeriac && h.o.ProfileDir != "" {
+				s.profile = filepath.Join(h.o.ProfileDir, fmt.Sprintf("%s-%s-%s-%d.pprof", b, resultsWord(results), strings.ReplaceAll(t.Label, " ", ""), rep))
+			}
+			d, err := h.drain(ctx, s, msgs)
+			if err != nil {
+				return g, fmt.Errorf("%s, %s, %s, %s: %w", g.Broker, resultsWord(results), t.Label, row.Label, err)
+			}
+			h.logf("%s %s %s: %s rep %d: %s", g.Broker, resultsWord(results), t.Label, row.Label, rep, d)
+			row.Runs = append(row.Runs, d)
+		}
+	}
+	return g, nil
+}
+
+func resultsWord(results bool) string {
+	if results {
+		return "redis-results"
+	}
+	return "no-results"
+}
+
+func (d Drain) String() string {
+	if d.Stalled != "" {
+		return "stalled: " + d.Stalled
+	}
+	s := fmt.Sprintf("%.3f s, %.0f tasks/s, %.0f µs CPU/task, peak RSS %.1f MB", d.Seconds, d.Rate(), float64(d.CPUPerTask())/1e3, float64(d.PeakRSS)/1e6)
+	if d.AckLag > 0 {
+		s += fmt.Sprintf(", ack lag %.1f s", d.AckLag.Seconds())
+	}
+	return s
+}
+
+// drain measures one drain of msgs by the worker s describes. The clock
+// starts at the first poll that sees fewer than len(msgs) messages ready
+// (start-up is excluded, as for every worker) and stops at the first poll
+// that sees the queue empty, nothing unacknowledged (Redis) and every
+// result stored.
+func (h *harness) drain(ctx context.Context, s spec, msgs []message) (Drain, error) {
+	n := len(msgs)
+	d := Drain{N: n}
+	k := s.broker
+	if err := h.prepare(ctx, k, msgs); err != nil {
+		return d, err
+	}
+	p, err := h.start(s)
+	if err != nil {
+		return d, err
+	}
+	defer func() {
+		if p != nil {
+			p.stop()
+		}
+	}()
+	var t0, tEnd time.Time
+	var cpu0 time.Duration
+	lastProgress, lastSeen := time.Now(), -1
+	tick := time.NewTicker(h.o.Poll)
+	defer tick.Stop()
+	for {
+		ready, unacked, err := k.State(ctx)
+		if err != nil {
+			return d, fmt.Errorf("poll: %w", err)
+		}
+		stored := 0
+		if s.results {
+			db, err := h.results.DBSize(ctx).Result()
+			if err != nil {
+				return d, fmt.Errorf("poll results: %w", err)
+			}
+			stored = int(db)
+		}
+		now := time.Now()
+		if t0.IsZero() && ready < n {
+			t0 = now
+			st := sampleTree(p.pid())
+			cpu0, d.StartRSS = st.cpu, st.rss
+		}
+		if ready == 0 && unacked <= 0 && (!s.results || stored >= n) {
+			tEnd = now
+			break
+		}
+		if seen := (n - ready) + stored + max(unacked, 0); seen != lastSeen {
+			lastSeen, lastProgress = seen, now
+		} else if now.Sub(lastProgress) > h.o.Stall {
+			d.Stalled = fmt.Sprintf("no progress for %v: %d of %d taken, %d unacknowledged, %d results", h.o.Stall, n-ready, n, max(unacked, 0), stored)
+			break
+		}
+		if !t0.IsZero() && now.Sub(t0) > h.o.Timeout {
+			d.Stalled = fmt.Sprintf("not done after %v: %d of %d taken, %d unacknowledged, %d results", h.o.Timeout, n-ready, n, max(unacked, 0), stored)
+			break
+		}
+		if err := p.failed(); err != nil {
+			return d, err
+		}
+		select {
+		case <-ctx.Done():
+			return d, ctx.Err()
+		case <-tick.C:
+		}
+	}
+	if d.Stalled == "" {
+		d.CPU = sampleTree(p.pid()).cpu - cpu0
+		d.Seconds = tEnd.Sub(t0).Seconds()
+		if lag, ok := h.ackLag(ctx, k); ok {
+			d.AckLag = lag
+		}
+	}
+	d.PeakRSS = p.stop()
+	p = nil
+	if d.Stalled != "" {
+		return d, nil
+	}
+	return d, h.verify(ctx, k, s.results, n)
+}
+
+// prepare empties the queue and the result database and loads msgs.
+func (h *harness) prepare(ctx context.Context, k kit, msgs []message) error {
+	if err := k.Reset(ctx); err != nil {
+		return fmt.Errorf("reset: %w", err)
+	}
+	if err := h.results.FlushDB(ctx).Err(); err != nil {
+		return fmt.Errorf("flush results: %w", err)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := k.Restore(ctx, msgs); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	ready, _, err := k.State(ctx)
+	if err != nil {
+		return err
+	}
+	if ready != len(msgs) {
+		return fmt.Errorf("restore: %d messages ready, want %d", ready, len(msgs))
+	}
+	return nil
+}
+
+// ackLag waits for the broker to report no unacknowledged messages, where
+// it can say (RabbitMQ via rabbitmqctl, a few tenths of a second a call).
+func (h *harness) ackLag(ctx context.Context, k kit) (time.Duration, bool) {
+	if _, unacked, _ := k.State(ctx); unacked >= 0 {
+		return 0, false // Redis: the poll already saw unacked empty
+	}
+	start := time.Now()
+	for time.Since(start) < 30*time.Second {
+		n, ok := k.Unacked(ctx)
+		if !ok {
+			return 0, false
+		}
+		if n == 0 {
+			return time.Since(start), true
+		}
+	}
+	return time.Since(start), true
+}
+
+// verify checks, after the worker has stopped, that every message was
+// acknowledged (none came back to the queue) and every result stored.
+func (h *harness) verify(ctx context.Context, k kit, results bool, n int) error {
+	ready, unacked, err := k.State(ctx)
+	if err != nil {
+		return err
+	}
+	if ready != 0 || unacked > 0 {
+		return fmt.Errorf("after the worker stopped: %d messages ready, %d unacknowledged: not every message was acknowledged", ready, unacked)
+	}
+	if !results {
+		return nil
+	}
+	stored, err := h.results.DBSize(ctx).Result()
+	if err != nil {
+		return err
+	}
+	if int(stored) != n {
+		return fmt.Errorf("%d results stored, want %d", stored, n)
+	}
+	key, err := h.results.RandomKey(ctx).Result()
+	if err != nil {
+		return err
+	}
+	doc, err := h.results.Get(ctx, key).Result()
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(key, "celery-task-meta-") || !strings.Contains(doc, `"status": "SUCCESS"`) {
+		return errors.New("result " + key + " is not a SUCCESS: " + doc)
+	}
+	return nil
+}
