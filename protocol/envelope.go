@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -184,6 +185,15 @@ func DecodeEnvelope(data []byte, opts DecodeOptions) (*Envelope, error) {
 	if len(data) > docOpts.MaxBodySize {
 		return nil, &DecodeError{Field: "envelope", Err: fmt.Errorf("%w: %d bytes", ErrTooLarge, len(data))}
 	}
+	if e, ok := decodeEnvelopeFast(data, limit, docOpts.maxDepth()); ok {
+		return e, nil
+	}
+	return decodeEnvelopeDoc(data, limit, docOpts)
+}
+
+// decodeEnvelopeDoc is DecodeEnvelope by way of the whole document as a
+// map: it handles every input, and decides every error.
+func decodeEnvelopeDoc(data []byte, limit int, docOpts DecodeOptions) (*Envelope, error) {
 	v, err := Unmarshal(ContentTypeJSON, data, docOpts)
 	if err != nil {
 		return nil, &DecodeError{Field: "envelope", Err: err}
@@ -223,42 +233,180 @@ func DecodeEnvelope(data []byte, opts DecodeOptions) (*Envelope, error) {
 	if !ok {
 		return nil, fieldTypeError(envBody, "a string", doc[envBody])
 	}
-	switch e.BodyEncoding {
-	case BodyEncodingBase64:
-		if base64.StdEncoding.DecodedLen(len(rawBody)) > limit+3 {
-			return nil, &DecodeError{Field: envBody, Err: fmt.Errorf("%w: base64 body of %d bytes exceeds %d decoded", ErrTooLarge, len(rawBody), limit)}
-		}
-		m.Body, err = base64.StdEncoding.DecodeString(rawBody)
-		if err != nil {
-			// kombu's b64decode tolerates missing padding.
-			var rawErr error
-			if m.Body, rawErr = base64.RawStdEncoding.DecodeString(rawBody); rawErr != nil {
-				return nil, &DecodeError{Field: envBody, Err: err}
-			}
-		}
-	case "":
-		m.Body = []byte(rawBody)
-	default:
-		return nil, &DecodeError{Field: "properties.body_encoding", Err: fmt.Errorf("unsupported body encoding %q", e.BodyEncoding)}
-	}
-	if len(m.Body) > limit {
-		return nil, &DecodeError{Field: envBody, Err: fmt.Errorf("%w: %d bytes exceed %d", ErrTooLarge, len(m.Body), limit)}
+	if m.Body, err = decodeBody(e.BodyEncoding, []byte(rawBody), limit); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
 
+// decodeBody undoes the envelope's body encoding.
+func decodeBody(encoding string, raw []byte, limit int) ([]byte, error) {
+	var body []byte
+	switch encoding {
+	case BodyEncodingBase64:
+		if base64.StdEncoding.DecodedLen(len(raw)) > limit+3 {
+			return nil, &DecodeError{Field: envBody, Err: fmt.Errorf("%w: base64 body of %d bytes exceeds %d decoded", ErrTooLarge, len(raw), limit)}
+		}
+		// RawStdEncoding's length is the larger: unpadded input fits too.
+		body = make([]byte, base64.RawStdEncoding.DecodedLen(len(raw)))
+		n, err := base64.StdEncoding.Decode(body, raw)
+		if err != nil {
+			// kombu's b64decode tolerates missing padding.
+			var rawErr error
+			if n, rawErr = base64.RawStdEncoding.Decode(body, raw); rawErr != nil {
+				return nil, &DecodeError{Field: envBody, Err: err}
+			}
+		}
+		body = body[:n]
+	case "":
+		body = bytes.Clone(raw)
+		if body == nil {
+			body = []byte{}
+		}
+	default:
+		return nil, &DecodeError{Field: "properties.body_encoding", Err: fmt.Errorf("unsupported body encoding %q", encoding)}
+	}
+	if len(body) > limit {
+		return nil, &DecodeError{Field: envBody, Err: fmt.Errorf("%w: %d bytes exceed %d", ErrTooLarge, len(body), limit)}
+	}
+	return body, nil
+}
+
+// decodeEnvelopeFast decodes the envelopes kombu writes without building
+// the document: the top-level object is walked key by key and the body is
+// base64-decoded straight from the input. It takes only what it is sure
+// to decode exactly as decodeEnvelopeDoc would (each top-level key once,
+// the five kombu keys, a body string without escapes, headers and
+// properties that are objects) and reports false for anything else,
+// errors included, so that decodeEnvelopeDoc decides those.
+func decodeEnvelopeFast(data []byte, limit, maxDepth int) (*Envelope, bool) {
+	var scratch decodeScratch
+	d := jsonDecoder{data: data, maxDepth: maxDepth, vals: scratch.vals[:0], keys: scratch.keys[:0]}
+	d.skipSpace()
+	if d.pos >= len(d.data) || d.data[d.pos] != '{' || d.enter() != nil {
+		return nil, false
+	}
+	d.pos++
+	e := &Envelope{}
+	m := &e.Message
+	var body []byte
+	var props map[string]any
+	var seen uint8
+	for {
+		d.skipSpace()
+		if d.pos >= len(d.data) || d.data[d.pos] != '"' {
+			return nil, false
+		}
+		k, err := d.key()
+		if err != nil {
+			return nil, false
+		}
+		d.skipSpace()
+		if d.pos >= len(d.data) || d.data[d.pos] != ':' {
+			return nil, false
+		}
+		d.pos++
+		d.skipSpace()
+		var bit uint8
+		switch k {
+		case envBody:
+			bit = 1
+			if body = d.plainString(); body == nil {
+				return nil, false
+			}
+		case envContentType, envContentEncoding:
+			bit = 2
+			if k == envContentEncoding {
+				bit = 4
+			}
+			v, err := d.value()
+			if err != nil {
+				return nil, false
+			}
+			switch v := v.(type) {
+			case nil:
+			case string:
+				if k == envContentType {
+					m.ContentType = v
+				} else {
+					m.ContentEncoding = v
+				}
+			default:
+				return nil, false
+			}
+		case envHeaders, envProperties:
+			bit = 8
+			if k == envProperties {
+				bit = 16
+			}
+			if d.pos >= len(d.data) || d.data[d.pos] != '{' {
+				return nil, false
+			}
+			v, err := d.value()
+			if err != nil {
+				return nil, false
+			}
+			obj, ok := v.(map[string]any)
+			if !ok {
+				return nil, false // a typed value, not an object
+			}
+			if k == envHeaders {
+				m.Headers = obj
+			} else {
+				props = obj
+			}
+		default:
+			return nil, false
+		}
+		if seen&bit != 0 {
+			return nil, false // a repeated key: the last one wins there
+		}
+		seen |= bit
+		d.skipSpace()
+		if d.pos >= len(d.data) {
+			return nil, false
+		}
+		c := d.data[d.pos]
+		d.pos++
+		if c == '}' {
+			break
+		}
+		if c != ',' {
+			return nil, false
+		}
+	}
+	d.skipSpace()
+	// The whole document, exactly one body, and not a kombu typed value
+	// (which has only __type__ and __value__ keys, never these).
+	if d.pos != len(d.data) || seen&1 == 0 {
+		return nil, false
+	}
+	if err := e.setProperties(props); err != nil {
+		return nil, false
+	}
+	var err error
+	if m.Body, err = decodeBody(e.BodyEncoding, body, limit); err != nil {
+		return nil, false
+	}
+	return e, true
+}
+
 func (e *Envelope) setProperties(props map[string]any) error {
 	p := &e.Message.Properties
-	strs := []struct {
-		key string
-		dst *string
+	// The field names are constants: built per message they would cost an
+	// allocation each.
+	strs := [...]struct {
+		key, field string
+		dst        *string
 	}{
-		{propCorrelationID, &p.CorrelationID}, {propReplyTo, &p.ReplyTo},
-		{propBodyEncoding, &e.BodyEncoding}, {propDeliveryTag, &e.DeliveryTag},
+		{propCorrelationID, "properties." + propCorrelationID, &p.CorrelationID},
+		{propReplyTo, "properties." + propReplyTo, &p.ReplyTo},
+		{propBodyEncoding, "properties." + propBodyEncoding, &e.BodyEncoding},
+		{propDeliveryTag, "properties." + propDeliveryTag, &e.DeliveryTag},
 	}
 	var err error
 	for _, s := range strs {
-		if *s.dst, err = stringField(props[s.key], "properties."+s.key); err != nil {
+		if *s.dst, err = stringField(props[s.key], s.field); err != nil {
 			return err
 		}
 	}

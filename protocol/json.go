@@ -365,11 +365,34 @@ func decodeTypedUUID(v any) (UUID, error) {
 }
 
 func (d *jsonDecoder) str() (any, error) {
+	if v, ok := d.commonString(); ok {
+		return v, nil
+	}
 	s, err := d.rawString()
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// commonString returns the string values every Celery message repeats as
+// constants, saving the two allocations (text and interface) of each.
+func (d *jsonDecoder) commonString() (any, bool) {
+	start := d.pos + 1
+	for i := start; i < len(d.data) && i-start <= maxCommonValueLen; i++ {
+		c := d.data[i]
+		if c == '"' {
+			v, ok := commonValue(d.data[start:i])
+			if ok {
+				d.pos = i + 1
+			}
+			return v, ok
+		}
+		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+			return nil, false
+		}
+	}
+	return nil, false
 }
 
 // key parses an object key, without allocating for the keys Celery's
@@ -390,6 +413,27 @@ func (d *jsonDecoder) key() (string, error) {
 		}
 	}
 	return d.rawString()
+}
+
+// plainString returns the bytes of the string at d.pos, without copying,
+// when it is printable ASCII without escapes (a base64 body); nil
+// otherwise, with d.pos unchanged.
+func (d *jsonDecoder) plainString() []byte {
+	if d.pos >= len(d.data) || d.data[d.pos] != '"' {
+		return nil
+	}
+	start := d.pos + 1
+	for i := start; i < len(d.data); i++ {
+		c := d.data[i]
+		if c == '"' {
+			d.pos = i + 1
+			return d.data[start:i:i]
+		}
+		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+			return nil
+		}
+	}
+	return nil
 }
 
 // rawString parses the string starting at the opening quote at d.pos.

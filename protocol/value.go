@@ -573,6 +573,40 @@ func float32Value(f float32) float64 {
 	return v
 }
 
+// maxCommonValueLen is the length of the longest value commonValue knows.
+const maxCommonValueLen = 21
+
+// commonValue returns string values found in most Celery messages (the
+// language, empty reprs, kombu's encodings and content types, Celery's
+// default queue) as constant interface values, which cost no allocation.
+func commonValue(b []byte) (any, bool) {
+	switch string(b) {
+	case "":
+		return "", true
+	case "py":
+		return "py", true
+	case "{}":
+		return "{}", true
+	case "()":
+		return "()", true
+	case "[]":
+		return "[]", true
+	case "base64":
+		return "base64", true
+	case "utf-8":
+		return "utf-8", true
+	case "binary":
+		return "binary", true
+	case "celery":
+		return "celery", true
+	case "application/json":
+		return "application/json", true
+	case "application/x-msgpack":
+		return "application/x-msgpack", true
+	}
+	return nil, false
+}
+
 // maxCommonKeyLen is the length of the longest key commonKey knows.
 const maxCommonKeyLen = 16
 
