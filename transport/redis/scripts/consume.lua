@@ -36,14 +36,38 @@ local function pystr(s)
   return v
 end
 
--- fast reads the string value of "name" when it occurs exactly once and
--- holds no escapes; nil otherwise (then the envelope is decoded properly).
-local function fast(item, name)
-  local pat = '"' .. name .. '": "'
-  local s, e = find(item, pat, 1, true)
+-- The patterns fast looks for, built once: kombu writes '"key": "value"'
+-- (json.dumps), other producers may leave the space out.
+local pats = {}
+for _, name in ipairs({'delivery_tag', 'exchange', 'routing_key'}) do
+  pats[name] = {'"' .. name .. '": "', '"' .. name .. '":"'}
+end
+local propPats = {'"properties": {', '"properties":{'}
+
+-- props returns where the properties object starts when the key
+-- "properties" occurs exactly once (kombu writes it last, so the search
+-- for its fields can start there), else 1: search the whole item.
+local function props(item)
+  for _, pat in ipairs(propPats) do
+    local s, e = find(item, pat, 1, true)
+    if s then
+      if find(item, '"properties"', e + 1, true) then return 1 end
+      return e
+    end
+  end
+  return 1
+end
+
+-- fast reads the string value of "name" when it occurs exactly once from
+-- position from on and holds no escapes; nil otherwise (then the envelope
+-- is decoded properly).
+local function fast(item, name, from)
+  local pp = pats[name]
+  local pat = pp[1]
+  local s, e = find(item, pat, from, true)
   if not s then
-    pat = '"' .. name .. '":"'
-    s, e = find(item, pat, 1, true)
+    pat = pp[2]
+    s, e = find(item, pat, from, true)
     if not s then return nil end
   end
   if find(item, pat, e + 1, true) then return nil end
@@ -57,9 +81,10 @@ end
 -- meta returns delivery tag, exchange and routing key (nil if absent), or
 -- nil and an error.
 local function meta(item)
-  local tag = fast(item, 'delivery_tag')
+  local from = props(item)
+  local tag = fast(item, 'delivery_tag', from)
   if tag and tag ~= '' then
-    local ex, rk = fast(item, 'exchange'), fast(item, 'routing_key')
+    local ex, rk = fast(item, 'exchange', from), fast(item, 'routing_key', from)
     if ex and rk then return tag, ex, rk end
   end
   local ok, env = pcall(cjson.decode, item)
