@@ -108,10 +108,11 @@ func (b *Backend) enter() error {
 }
 
 // Store encodes the state with the configured serializer and writes it with
-// one script that skips the write when the stored state is SUCCESS, else
+// a script that skips the write when the stored state is SUCCESS, else
 // does SETEX (SET without expiry) and PUBLISH on the key's channel, which is
 // what wakes Python clients waiting in AsyncResult.get(). Stores from
-// concurrent callers share one pipeline round trip; each gets its own error.
+// concurrent callers share one script call (one round trip); each gets its
+// own error.
 //
 // Store returns ErrClosed after Close. When ctx ends first it returns
 // ctx.Err(), and the write may still happen.
@@ -268,58 +269,68 @@ func (b *Backend) takeLocked() []*storeOp {
 // reached the queue is written even if its caller gave up (go-redis's
 // timeouts bound the round trip).
 func (b *Backend) commit(ctx context.Context, batch []*storeOp) {
-	cmds := b.runStores(ctx, batch, false)
-	var retry []int
-	for i, c := range cmds {
-		if isNoScript(c.Err()) {
-			retry = append(retry, i)
-		}
-	}
-	if len(retry) > 0 {
+	outcomes, err := b.runStores(ctx, batch, false)
+	if isNoScript(err) {
 		// The script cache was flushed (SCRIPT FLUSH, restart, failover):
 		// EVAL sends the source and loads it again.
-		b.s.log.Debug("redis backend: reloading the store script", zap.Int("stores", len(retry)))
-		again := make([]*storeOp, len(retry))
-		for j, i := range retry {
-			again[j] = batch[i]
-		}
-		for j, c := range b.runStores(ctx, again, true) {
-			cmds[retry[j]] = c
-		}
+		b.s.log.Debug("redis backend: reloading the store script", zap.Int("stores", len(batch)))
+		outcomes, err = b.runStores(ctx, batch, true)
 	}
 	for i, op := range batch {
-		err := cmds[i].Err()
-		if err == nil {
-			if n, _ := cmds[i].Int64(); n == 0 {
-				b.s.log.Debug("redis backend: result kept, the task already succeeded", zap.String("key", op.key))
-			}
+		switch {
+		case err != nil:
+			op.done <- err
+		case outcomes[i] == storeKept:
+			b.s.log.Debug("redis backend: result kept, the task already succeeded", zap.String("key", op.key))
+			op.done <- nil
+		case outcomes[i] == storeWritten:
+			op.done <- nil
+		default:
+			op.done <- outcomes[i].(error)
 		}
-		op.done <- err
 	}
 }
 
-func (b *Backend) runStores(ctx context.Context, batch []*storeOp, eval bool) []*goredis.Cmd {
-	cmds := make([]*goredis.Cmd, len(batch))
-	run := func(p goredis.Cmdable) {
-		for i, op := range batch {
-			keys := []string{op.key}
-			if eval {
-				cmds[i] = b.storeScript.Eval(ctx, p, keys, op.value, b.s.expires, b.s.luaFormat)
-			} else {
-				cmds[i] = b.storeScript.EvalSha(ctx, p, keys, op.value, b.s.expires, b.s.luaFormat)
-			}
+// The store script's answers for one store (else a redis error).
+const (
+	storeKept    = int64(0)
+	storeWritten = int64(1)
+)
+
+// runStores writes the batch with one call of the store script and
+// returns, per store, storeWritten, storeKept (a SUCCESS was there) or
+// that store's error. The keys of one call may lie in different cluster
+// slots: this backend talks to a single server (or a Sentinel-managed
+// primary), never to a Cluster.
+func (b *Backend) runStores(ctx context.Context, batch []*storeOp, eval bool) ([]any, error) {
+	keys := make([]string, len(batch))
+	args := make([]any, 2, 2+len(batch))
+	args[0], args[1] = b.s.expires, b.s.luaFormat
+	for i, op := range batch {
+		keys[i] = op.key
+		args = append(args, op.value)
+	}
+	var cmd *goredis.Cmd
+	if eval {
+		cmd = b.storeScript.Eval(ctx, b.client, keys, args...)
+	} else {
+		cmd = b.storeScript.EvalSha(ctx, b.client, keys, args...)
+	}
+	res, err := cmd.Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != len(batch) {
+		return nil, fmt.Errorf("store script answered %d results for %d stores", len(res), len(batch))
+	}
+	for i, r := range res {
+		switch r.(type) {
+		case int64, error:
+		default:
+			res[i] = fmt.Errorf("store script answered %T", r)
 		}
 	}
-	if len(batch) == 1 {
-		run(b.client)
-		return cmds
-	}
-	// Pipeline errors are per command; Exec's own error repeats the first.
-	_, _ = b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		run(p)
-		return nil
-	})
-	return cmds
+	return res, nil
 }
 
 func isNoScript(err error) bool {

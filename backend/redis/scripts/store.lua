@@ -1,39 +1,66 @@
--- Store one result, as Celery's Redis backend does in _store_result + _set,
--- but atomically: skip when the stored state is SUCCESS (a SUCCESS is never
--- overwritten), else SETEX (or SET) the document and PUBLISH it on the
--- channel named like the key, which wakes Python clients blocked in .get().
+-- Store results, as Celery's Redis backend does in _store_result + _set,
+-- but atomically: skip a result whose stored state is SUCCESS (a SUCCESS is
+-- never overwritten), else SETEX (or SET) the document and PUBLISH it on
+-- the channel named like the key, which wakes Python clients blocked in
+-- .get(). One call stores a whole group-commit batch: a script call costs
+-- Redis more than the commands inside it.
 --
--- KEYS[1]  result key (celery-task-meta-<id>)
--- ARGV[1]  encoded result document
--- ARGV[2]  TTL in seconds; 0 means no TTL (SET)
--- ARGV[3]  "json" or "msgpack": how to read the stored document's status
--- Returns 1 when written, 0 when skipped.
-local cur = redis.call('GET', KEYS[1])
--- A document that does not contain the bytes SUCCESS cannot be a SUCCESS;
--- that check spares decoding it in the common STARTED -> SUCCESS case.
-if cur and string.find(cur, 'SUCCESS', 1, true) then
+-- KEYS[i]    result key i (celery-task-meta-<id>)
+-- ARGV[1]    TTL in seconds; 0 means no TTL (SET)
+-- ARGV[2]    "json" or "msgpack": how to read a stored document's status
+-- ARGV[2+i]  encoded result document i
+-- Returns an array: 1 where written, 0 where skipped, an error where a
+-- command failed for that key (a key holding a list, out of memory): one
+-- store's failure is its own, as if each had its own call.
+local ttl = tonumber(ARGV[1])
+local format = ARGV[2]
+local find = string.find
+
+local function succeeded(cur)
+  -- A document that does not contain the bytes SUCCESS cannot be a
+  -- SUCCESS; that check spares decoding it in the common STARTED -> SUCCESS
+  -- case.
+  if type(cur) ~= 'string' or not find(cur, 'SUCCESS', 1, true) then
+    return false
+  end
   local ok, doc
-  if ARGV[3] == 'msgpack' then
+  if format == 'msgpack' then
     ok, doc = pcall(cmsgpack.unpack, cur)
   else
     ok, doc = pcall(cjson.decode, cur)
   end
-  local status
   if ok and type(doc) == 'table' then
-    status = doc['status']
-  elseif string.find(cur, '^{%s*"status"%s*:%s*"SUCCESS"') then
-    -- Too deep or too odd for cjson, but Python writes the status first.
-    status = 'SUCCESS'
+    return doc['status'] == 'SUCCESS'
   end
-  if status == 'SUCCESS' then
-    return 0
+  -- Too deep or too odd for cjson, but Python writes the status first.
+  return find(cur, '^{%s*"status"%s*:%s*"SUCCESS"') ~= nil
+end
+
+local function failed(r)
+  return type(r) == 'table' and r.err ~= nil
+end
+
+local out = {}
+for i, key in ipairs(KEYS) do
+  local doc = ARGV[2 + i]
+  local cur = redis.pcall('GET', key)
+  if failed(cur) then
+    out[i] = cur
+  elseif succeeded(cur) then
+    out[i] = 0
+  else
+    local r
+    if ttl > 0 then
+      r = redis.pcall('SETEX', key, ttl, doc)
+    else
+      r = redis.pcall('SET', key, doc)
+    end
+    if failed(r) then
+      out[i] = r
+    else
+      redis.call('PUBLISH', key, doc)
+      out[i] = 1
+    end
   end
 end
-local ttl = tonumber(ARGV[2])
-if ttl > 0 then
-  redis.call('SETEX', KEYS[1], ttl, ARGV[1])
-else
-  redis.call('SET', KEYS[1], ARGV[1])
-end
-redis.call('PUBLISH', KEYS[1], ARGV[1])
-return 1
+return out
