@@ -33,6 +33,7 @@ func newBenchCeilingCmd() *cobra.Command {
 	fl.StringVar(&o.Queue, "queue", "bench_q", "queue to drain")
 	fl.StringVar(&o.ResultURL, "result-url", "", "Redis URL for result writes (none when empty)")
 	fl.IntVar(&o.Batch, "batch", 256, "Redis pop size and AMQP prefetch")
+	fl.BoolVar(&o.Batched, "batched", false, "the fewest commands per batch instead of kombu's per message")
 	return cmd
 }
 
@@ -78,7 +79,7 @@ A full run takes about 45 minutes on 2 cores; narrow it with the flags.`,
 	fl.StringVar(&f.brokers, "brokers", "redis,amqp", "brokers: redis, amqp")
 	fl.StringVar(&f.results, "results", "none,redis", "result settings: none, redis")
 	fl.StringVar(&f.tasks, "tasks", "noop,sleep1ms", "tasks: noop (tasks.noop), sleep1ms (tasks.sleep(0.001))")
-	fl.StringVar(&f.workers, "workers", "celeriac,ceiling,prefork,threads,solo", "workers to measure")
+	fl.StringVar(&f.workers, "workers", "celeriac,ceiling,ceiling-batched,prefork,threads,solo", "workers to measure")
 	fl.IntVarP(&f.concurrency, "concurrency", "c", 100, "celeriac's concurrency in the drain, round-trip and ETA tables")
 	fl.IntVar(&f.latency, "latency", 1000, "round trips per latency measurement (0 skips them)")
 	fl.StringVar(&f.sweep, "sweep", "1,10,100,1000", "concurrency levels of the sweep (\"\" skips it)")
@@ -153,7 +154,7 @@ func benchOptions(f *benchFlags) (bench.Options, error) {
 	for _, w := range splitList(f.workers) {
 		k := bench.Kind(w)
 		if !slices.Contains(bench.Kinds, k) {
-			return o, usagef("--workers: unknown worker %q (celeriac, ceiling, prefork, threads, solo)", w)
+			return o, usagef("--workers: unknown worker %q (celeriac, ceiling, ceiling-batched, prefork, threads, solo)", w)
 		}
 		o.Workers = append(o.Workers, k)
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -68,6 +69,7 @@ type workerFlags struct {
 	globalRateBurst    int
 	rateLimitURL       string
 	cpuProfile         string
+	memProfile         string
 }
 
 func newWorkerCmd(g *globalFlags) *cobra.Command {
@@ -129,6 +131,8 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.globalRateBurst, "global-rate-burst", 1, "bucket size of --global-rate-limit: how many starts may come at once")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for celeriac bench --profile)")
 	_ = fl.MarkHidden("cpu-profile")
+	fl.StringVar(&f.memProfile, "mem-profile", "", "write a Go allocation profile to this file at exit")
+	_ = fl.MarkHidden("mem-profile")
 	fl.StringVar(&f.rateLimitURL, "rate-limit-url", "", "Redis for --global-rate-limit (default $CELERIAC_RATE_LIMIT_URL, else the result backend when it is Redis)")
 }
 
@@ -242,6 +246,15 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 	if err != nil {
 		return usageError{err}
 	}
+	if os.Getenv("GOGC") == "" {
+		// A worker's live heap is small (a few MB: the messages in flight)
+		// while it allocates several KB per message, so at Go's default the
+		// collector runs every couple of MB, a few hundred times a second at
+		// full speed. Doubling the headroom cut the CPU per task by a fifth
+		// in celeriac bench for about 3 MB of RSS. GOGC in the environment
+		// overrides it (GOGC=100 is Go's default).
+		debug.SetGCPercent(200)
+	}
 	if f.cpuProfile != "" {
 		pf, err := os.Create(f.cpuProfile)
 		if err != nil {
@@ -252,6 +265,14 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if f.memProfile != "" {
+		defer func() {
+			if pf, err := os.Create(f.memProfile); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(pf, 0)
+				pf.Close()
+			}
+		}()
 	}
 
 	// Signals: the first one cancels ctx (warm shutdown); the second closes

@@ -30,17 +30,20 @@ type Kind string
 
 // The workers.
 const (
-	Celeriac Kind = "celeriac" // celeriac worker
-	Ceiling  Kind = "ceiling"  // the bare consume-and-ack loop (RunCeiling)
-	Prefork  Kind = "prefork"  // Python Celery, -P prefork -c 2
-	Threads  Kind = "threads"  // Python Celery, -P threads -c 8
-	Solo     Kind = "solo"     // Python Celery, -P solo
+	Celeriac Kind = "celeriac"        // celeriac worker
+	Ceiling  Kind = "ceiling"         // the bare consume-and-ack loop (RunCeiling), kombu's commands per message
+	Batched  Kind = "ceiling-batched" // the same loop with the fewest commands per batch
+	Prefork  Kind = "prefork"         // Python Celery, -P prefork -c 2
+	Threads  Kind = "threads"         // Python Celery, -P threads -c 8
+	Solo     Kind = "solo"            // Python Celery, -P solo
 )
 
 // Kinds lists every worker in the order the tables show them.
-var Kinds = []Kind{Celeriac, Ceiling, Prefork, Threads, Solo}
+var Kinds = []Kind{Celeriac, Ceiling, Batched, Prefork, Threads, Solo}
 
 func (k Kind) python() bool { return k == Prefork || k == Threads || k == Solo }
+
+func (k Kind) ceiling() bool { return k == Ceiling || k == Batched }
 
 // label is the worker as the tables name it.
 func (k Kind) label(celeriacC int) string {
@@ -48,7 +51,9 @@ func (k Kind) label(celeriacC int) string {
 	case Celeriac:
 		return fmt.Sprintf("celeriac -c %d", celeriacC)
 	case Ceiling:
-		return "ceiling (bare loop)"
+		return "ceiling: bare loop"
+	case Batched:
+		return "ceiling: bare loop, batched"
 	case Prefork:
 		return "Python prefork -c 2"
 	case Threads:

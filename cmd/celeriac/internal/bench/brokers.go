@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -49,7 +50,59 @@ type kit interface {
 	// Unacked asks the broker itself how many messages of the queue are
 	// unacknowledged (rabbitmqctl on AMQP); ok is false when it cannot.
 	Unacked(ctx context.Context) (n int, ok bool)
+	// ServerCPU is the broker server's CPU time so far (user+system), when
+	// it can be read: Redis says in INFO, RabbitMQ is read from /proc when
+	// it runs on this machine.
+	ServerCPU(ctx context.Context) (time.Duration, bool)
 	Close() error
+}
+
+// redisServerCPU reads used_cpu_user + used_cpu_sys from INFO cpu.
+func redisServerCPU(ctx context.Context, rdb *goredis.Client) (time.Duration, bool) {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, false
+	}
+	var total float64
+	found := 0
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, false
+			}
+			total += f
+			found++
+		}
+	}
+	return time.Duration(total * float64(time.Second)), found == 2
+}
+
+// processCPU sums the CPU time of this machine's processes named comm
+// (RabbitMQ's Erlang VM is beam.smp).
+func processCPU(comm string) (time.Duration, bool) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, false
+	}
+	var total time.Duration
+	found := false
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/comm")
+		if err != nil || strings.TrimSpace(string(b)) != comm {
+			continue
+		}
+		if cpu, _, ok := readStat(pid); ok {
+			total += cpu
+			found = true
+		}
+	}
+	return total, found
 }
 
 func withDB(base string, db int) string {
@@ -135,6 +188,10 @@ func (k *redisKit) State(ctx context.Context) (int, int, error) {
 		return 0, 0, err
 	}
 	return int(ready.Val()), int(unacked.Val()), nil
+}
+
+func (k *redisKit) ServerCPU(ctx context.Context) (time.Duration, bool) {
+	return redisServerCPU(ctx, k.rdb)
 }
 
 func (k *redisKit) Unacked(ctx context.Context) (int, bool) {
@@ -227,7 +284,7 @@ func (k *amqpKit) Capture(ctx context.Context, n int) ([]message, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := ch.Qos(1000, 0, false); err != nil {
+	if err := ch.Qos(0, 0, false); err != nil { // unlimited: nothing is acked until all are in
 		return nil, err
 	}
 	ds, err := ch.Consume(k.queue, "bench-capture", false, false, false, false, nil)
@@ -312,6 +369,10 @@ func (k *amqpKit) State(ctx context.Context) (int, int, error) {
 		return 0, 0, err
 	}
 	return q.Messages, -1, nil
+}
+
+func (k *amqpKit) ServerCPU(ctx context.Context) (time.Duration, bool) {
+	return processCPU("beam.smp")
 }
 
 // Unacked asks rabbitmqctl (the broker must be this machine's): AMQP

@@ -26,6 +26,11 @@ type CeilingOptions struct {
 	// Batch is how many messages one Redis pop takes and the AMQP prefetch
 	// (default 256).
 	Batch int
+	// Batched sends the least commands the broker work allows: on Redis one
+	// ZADD/HSET/ZREM/HDEL per batch instead of kombu's transaction per
+	// message, on AMQP one ack (multiple) per batch of deliveries already
+	// received instead of one per message.
+	Batched bool
 }
 
 // RunCeiling runs the raw ceiling until ctx ends: a consume-and-ack loop
@@ -119,37 +124,81 @@ func ceilingRedis(ctx context.Context, o CeilingOptions, results *goredis.Client
 			}
 			envs = append(envs, e)
 		}
-		// kombu's QoS.append per message, for the whole batch in one
-		// MULTI/EXEC: the same keys, members and values.
-		now := float64(time.Now().UnixNano()) / 1e9
+		if err := bookkeep(ctx, rdb, results, o.Batched, envs, raws); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bookkeep records a popped batch in kombu's unacked hash and index,
+// writes the results and acknowledges (removes the records).
+//
+// Per message (the default) it sends kombu's own commands: QoS.append's
+// MULTI ZADD HSET EXEC on receipt and QoS.ack's MULTI ZREM HDEL EXEC, one
+// transaction per message as kombu does, all pipelined per batch (and
+// Celery's SETEX + PUBLISH per result). Batched, it sends one ZADD and one
+// HSET for the whole batch (then one ZREM and one HDEL), leaving the same
+// keys, members and values: the least a client can ask of Redis.
+func bookkeep(ctx context.Context, rdb, results *goredis.Client, batched bool, envs []kombuEnvelope, raws []string) error {
+	now := float64(time.Now().UnixNano()) / 1e9
+	tags := make([]string, len(envs))
+	values := make([]string, len(envs))
+	for i, e := range envs {
+		tags[i] = e.Properties.DeliveryTag
+		values[i] = unackedValue(raws[i], e.Properties.DeliveryInfo.Exchange, e.Properties.DeliveryInfo.RoutingKey)
+	}
+	var err error
+	if batched {
 		zs := make([]goredis.Z, len(envs))
 		fields := make([]any, 0, 2*len(envs))
-		tags := make([]string, len(envs))
-		for i, e := range envs {
-			tags[i] = e.Properties.DeliveryTag
+		for i := range envs {
 			zs[i] = goredis.Z{Score: now, Member: tags[i]}
-			fields = append(fields, tags[i], unackedValue(raws[i], e.Properties.DeliveryInfo.Exchange, e.Properties.DeliveryInfo.RoutingKey))
+			fields = append(fields, tags[i], values[i])
 		}
-		if _, err := rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		_, err = rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 			p.ZAdd(ctx, unackedIndexKey, zs...)
 			p.HSet(ctx, unackedKey, fields...)
 			return nil
-		}); err != nil {
-			return fmt.Errorf("ceiling: unacked: %w", err)
-		}
-		if results != nil {
-			if err := writeResults(ctx, results, envs, func(e kombuEnvelope) string { return e.Headers.ID }); err != nil {
-				return err
+		})
+	} else {
+		_, err = rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for i := range envs {
+				p.Do(ctx, "MULTI")
+				p.Do(ctx, "ZADD", unackedIndexKey, now, tags[i])
+				p.Do(ctx, "HSET", unackedKey, tags[i], values[i])
+				p.Do(ctx, "EXEC")
 			}
+			return nil
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("ceiling: unacked: %w", err)
+	}
+	if results != nil {
+		if err := writeResults(ctx, results, batched, envs, func(e kombuEnvelope) string { return e.Headers.ID }); err != nil {
+			return err
 		}
-		// kombu's QoS.ack, likewise batched.
-		if _, err := rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+	}
+	if batched {
+		_, err = rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 			p.ZRem(ctx, unackedIndexKey, anys(tags)...)
 			p.HDel(ctx, unackedKey, tags...)
 			return nil
-		}); err != nil {
-			return fmt.Errorf("ceiling: ack: %w", err)
-		}
+		})
+	} else {
+		_, err = rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for _, tag := range tags {
+				p.Do(ctx, "MULTI")
+				p.Do(ctx, "HDEL", unackedKey, tag)
+				p.Do(ctx, "ZREM", unackedIndexKey, tag)
+				p.Do(ctx, "EXEC")
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("ceiling: ack: %w", err)
 	}
 	return nil
 }
@@ -178,15 +227,27 @@ func unackedValue(raw, exchange, routingKey string) string {
 
 // writeResults stores a SUCCESS document for each message and publishes it
 // on the key's channel, as Celery's Redis backend does (without its GET).
-func writeResults[T any](ctx context.Context, rdb *goredis.Client, msgs []T, id func(T) string) error {
+func writeResults[T any](ctx context.Context, rdb *goredis.Client, batched bool, msgs []T, id func(T) string) error {
 	date := time.Now().UTC().Format("2006-01-02T15:04:05.000000")
-	_, err := rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+	_, err := rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		if batched {
+			p.Do(ctx, "MULTI")
+		}
 		for _, m := range msgs {
 			tid := id(m)
 			key := "celery-task-meta-" + tid
 			doc := `{"status": "SUCCESS", "result": null, "traceback": null, "children": [], "date_done": "` + date + `", "task_id": ` + strconv.Quote(tid) + `}`
-			p.SetEx(ctx, key, doc, resultExpires)
-			p.Publish(ctx, key, doc)
+			if !batched {
+				p.Do(ctx, "MULTI") // Celery's backend: a transaction per result
+			}
+			p.Do(ctx, "SETEX", key, int(resultExpires.Seconds()), doc)
+			p.Do(ctx, "PUBLISH", key, doc)
+			if !batched {
+				p.Do(ctx, "EXEC")
+			}
+		}
+		if batched {
+			p.Do(ctx, "EXEC")
 		}
 		return nil
 	})
@@ -205,6 +266,16 @@ func ceilingAMQP(ctx context.Context, o CeilingOptions, results *goredis.Client)
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("ceiling: channel: %w", err)
+	}
+	// Celery's topology, so that the loop can start on an empty broker.
+	if err := ch.ExchangeDeclare(o.Queue, "direct", true, false, false, false, nil); err != nil {
+		return fmt.Errorf("ceiling: declare: %w", err)
+	}
+	if _, err := ch.QueueDeclare(o.Queue, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("ceiling: declare: %w", err)
+	}
+	if err := ch.QueueBind(o.Queue, o.Queue, o.Queue, false, nil); err != nil {
+		return fmt.Errorf("ceiling: declare: %w", err)
 	}
 	if err := ch.Qos(o.Batch, 0, false); err != nil {
 		return fmt.Errorf("ceiling: qos: %w", err)
@@ -229,9 +300,9 @@ func ceilingAMQP(ctx context.Context, o CeilingOptions, results *goredis.Client)
 			return errors.New("ceiling: deliveries closed")
 		}
 		batch = append(batch[:0], d)
-		if results != nil {
-			// Take what has arrived already, so that the result writes of a
-			// burst share one pipeline.
+		if results != nil || o.Batched {
+			// Take what has arrived already, so that the result writes (and,
+			// batched, the acks) of a burst share one round trip.
 		more:
 			for len(batch) < o.Batch {
 				select {
@@ -251,9 +322,15 @@ func ceilingAMQP(ctx context.Context, o CeilingOptions, results *goredis.Client)
 			}
 		}
 		if results != nil {
-			if err := writeResults(ctx, results, batch, func(d amqp.Delivery) string { return d.Headers["id"].(string) }); err != nil {
+			if err := writeResults(ctx, results, o.Batched, batch, func(d amqp.Delivery) string { return d.Headers["id"].(string) }); err != nil {
 				return err
 			}
+		}
+		if o.Batched {
+			if err := batch[len(batch)-1].Ack(true); err != nil {
+				return fmt.Errorf("ceiling: ack: %w", err)
+			}
+			continue
 		}
 		for i := range batch {
 			if err := batch[i].Ack(false); err != nil {

@@ -18,6 +18,9 @@ type Drain struct {
 	Stalled  string        // why the drain was abandoned; the figures are then not valid
 	N        int
 	StartRSS int64 // RSS when the first message was taken (the worker at rest)
+	// BrokerCPU is the broker server's CPU time over the drain (and the
+	// result Redis's, when it is another server); -1 when unknown.
+	BrokerCPU time.Duration
 }
 
 // Rate is tasks per second.
@@ -95,6 +98,9 @@ func (d Drain) String() string {
 		return "stalled: " + d.Stalled
 	}
 	s := fmt.Sprintf("%.3f s, %.0f tasks/s, %.0f µs CPU/task, peak RSS %.1f MB", d.Seconds, d.Rate(), float64(d.CPUPerTask())/1e3, float64(d.PeakRSS)/1e6)
+	if d.BrokerCPU >= 0 {
+		s += fmt.Sprintf(", broker %.0f µs CPU/task", float64(d.BrokerCPU)/1e3/float64(d.N))
+	}
 	if d.AckLag > 0 {
 		s += fmt.Sprintf(", ack lag %.1f s", d.AckLag.Seconds())
 	}
@@ -123,7 +129,8 @@ func (h *harness) drain(ctx context.Context, s spec, msgs []message) (Drain, err
 		}
 	}()
 	var t0, tEnd time.Time
-	var cpu0 time.Duration
+	var cpu0, bcpu0 time.Duration
+	var bok bool
 	lastProgress, lastSeen := time.Now(), -1
 	tick := time.NewTicker(h.o.Poll)
 	defer tick.Stop()
@@ -145,6 +152,7 @@ func (h *harness) drain(ctx context.Context, s spec, msgs []message) (Drain, err
 			t0 = now
 			st := sampleTree(p.pid())
 			cpu0, d.StartRSS = st.cpu, st.rss
+			bcpu0, bok = h.serverCPU(ctx, k, s.results)
 		}
 		if ready == 0 && unacked <= 0 && (!s.results || stored >= n) {
 			tEnd = now
@@ -171,6 +179,10 @@ func (h *harness) drain(ctx context.Context, s spec, msgs []message) (Drain, err
 	}
 	if d.Stalled == "" {
 		d.CPU = sampleTree(p.pid()).cpu - cpu0
+		d.BrokerCPU = -1
+		if bcpu1, ok := h.serverCPU(ctx, k, s.results); ok && bok {
+			d.BrokerCPU = bcpu1 - bcpu0
+		}
 		d.Seconds = tEnd.Sub(t0).Seconds()
 		if lag, ok := h.ackLag(ctx, k); ok {
 			d.AckLag = lag
@@ -182,6 +194,17 @@ func (h *harness) drain(ctx context.Context, s spec, msgs []message) (Drain, err
 		return d, nil
 	}
 	return d, h.verify(ctx, k, s.results, n)
+}
+
+// serverCPU is the CPU time of the broker server plus, with results, the
+// result Redis when it is not the broker.
+func (h *harness) serverCPU(ctx context.Context, k kit, results bool) (time.Duration, bool) {
+	cpu, ok := k.ServerCPU(ctx)
+	if _, isRedis := k.(*redisKit); results && !isRedis {
+		rc, rok := redisServerCPU(ctx, h.results)
+		cpu, ok = cpu+rc, ok && rok
+	}
+	return cpu, ok
 }
 
 // prepare empties the queue and the result database and loads msgs.

@@ -205,26 +205,27 @@ func (r *Report) Markdown(w io.Writer) {
 
 func (r *Report) drainTables(w io.Writer) {
 	fmt.Fprintf(w, "## Drain\n\n")
-	fmt.Fprintf(w, "| broker | results | task | worker | drain s | tasks/s | CPU µs/task | peak RSS MB | ack lag s |\n|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "| broker | results | task | worker | drain s | tasks/s | CPU µs/task | broker CPU µs/task | peak RSS MB | ack lag s |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, g := range r.Drains {
 		for _, row := range g.Rows {
 			secs := summarize(row.Runs, validDrain, func(d Drain) float64 { return d.Seconds })
 			rate := summarize(row.Runs, validDrain, Drain.Rate)
 			cpu := summarize(row.Runs, validDrain, func(d Drain) float64 { return float64(d.CPUPerTask()) / 1e3 })
 			rss := summarize(row.Runs, func(Drain) bool { return true }, func(d Drain) float64 { return mb(float64(d.PeakRSS)) })
+			bcpu := summarize(row.Runs, func(d Drain) bool { return validDrain(d) && d.BrokerCPU >= 0 }, func(d Drain) float64 { return float64(d.BrokerCPU) / 1e3 / float64(d.N) })
 			lag := "—"
 			if g.Broker == "RabbitMQ" {
 				lag = summarize(row.Runs, validDrain, func(d Drain) float64 { return d.AckLag.Seconds() }).fmt(1)
 			}
-			fmt.Fprintf(w, "| %s | %s | %s ×%s | %s | %s | %s | %s | %s | %s |\n",
+			fmt.Fprintf(w, "| %s | %s | %s ×%s | %s | %s | %s | %s | %s | %s | %s |\n",
 				g.Broker, resultsLabel(g.Results), g.Task.Label, thousands(float64(g.N)), row.Label,
-				secs.fmtRange(3)+stalledNote(secs), thousands(rate.med), cpu.fmt(0), rss.fmt(0), lag)
+				secs.fmtRange(3)+stalledNote(secs), thousands(rate.med), cpu.fmt(0), bcpu.fmt(0), rss.fmt(0), lag)
 		}
 	}
 	fmt.Fprintf(w, "\nRatios, from the medians above:\n\n")
-	fmt.Fprintf(w, "| broker | results | task | celeriac tasks/s | best Python tasks/s | ceiling tasks/s | celeriac / best Python | celeriac / ceiling |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "| broker | results | task | celeriac tasks/s | best Python tasks/s | ceiling tasks/s | batched ceiling tasks/s | celeriac / best Python | celeriac / ceiling | celeriac / batched ceiling |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, g := range r.Drains {
-		var cel, ceil, best float64 = math.NaN(), math.NaN(), math.NaN()
+		var cel, ceil, batched, best float64 = math.NaN(), math.NaN(), math.NaN(), math.NaN()
 		bestLabel := ""
 		for _, row := range g.Rows {
 			rate := summarize(row.Runs, validDrain, Drain.Rate)
@@ -233,6 +234,8 @@ func (r *Report) drainTables(w io.Writer) {
 				cel = rate.med
 			case row.Kind == Ceiling:
 				ceil = rate.med
+			case row.Kind == Batched:
+				batched = rate.med
 			case row.Kind.python() && rate.valid > 0 && (math.IsNaN(best) || rate.med > best):
 				best, bestLabel = rate.med, strings.TrimPrefix(row.Label, "Python ")
 			}
@@ -241,8 +244,8 @@ func (r *Report) drainTables(w io.Writer) {
 		if bestLabel != "" {
 			bestCol += " (" + bestLabel + ")"
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | **%s** | **%s** |\n", g.Broker, resultsLabel(g.Results), g.Task.Label,
-			thousands(cel), bestCol, thousands(ceil), ratio(cel, best), ratio(cel, ceil))
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | **%s** | **%s** | %s |\n", g.Broker, resultsLabel(g.Results), g.Task.Label,
+			thousands(cel), bestCol, thousands(ceil), thousands(batched), ratio(cel, best), ratio(cel, ceil), ratio(cel, batched))
 	}
 	fmt.Fprintln(w)
 }
@@ -282,7 +285,7 @@ func (r *Report) latencyTable(w io.Writer) {
 			if row.Kind != Ceiling {
 				r50 = ratio(a.p50, ceil50)
 			}
-			if !row.Kind.python() {
+			if !row.Kind.python() && !row.Kind.ceiling() {
 				r99 = ratio(a.p99, bestPy99)
 			}
 			fmt.Fprintf(w, "| %s | %s | %.2f | %.2f | %.2f | %.2f | %s | %s |\n", g.Broker, row.Label, a.p50, a.p90, a.p99, a.max, r50, r99)

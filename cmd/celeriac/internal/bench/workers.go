@@ -51,8 +51,11 @@ func (h *harness) start(s spec) (*proc, error) {
 		}
 		cmd = exec.Command(h.o.Exe, args...)
 		cmd.Env = childEnv()
-	case s.kind == Ceiling:
+	case s.kind.ceiling():
 		args := []string{"bench", "ceiling", "--broker-url", s.broker.URL(), "--queue", q}
+		if s.kind == Batched {
+			args = append(args, "--batched")
+		}
 		if s.results {
 			args = append(args, "--result-url", h.resultURL())
 		}
