@@ -136,6 +136,21 @@ func (d *Delivery) Ack(ctx context.Context) error {
 	return d.Acknowledger.Ack(ctx, d)
 }
 
+// AckAsync starts acknowledging the delivery and returns a function that
+// waits for the broker's answer; the delivery counts as settled at once. An
+// error from AckAsync itself (ErrClosed, ErrAlreadyAcknowledged) means the
+// ack was not sent. An Acknowledger that is not an AsyncAcknowledger
+// acknowledges here, as Ack does, and wait has nothing left to wait for.
+func (d *Delivery) AckAsync(ctx context.Context) (wait func(context.Context) error, err error) {
+	if a, ok := d.Acknowledger.(AsyncAcknowledger); ok {
+		return a.AckAsync(ctx, d)
+	}
+	if err := d.Ack(ctx); err != nil {
+		return nil, err
+	}
+	return func(context.Context) error { return nil }, nil
+}
+
 // Reject returns the message to the broker (requeue) or drops it. On AMQP a
 // reject without requeue is dead-lettered when the queue has a DLX.
 func (d *Delivery) Reject(ctx context.Context, requeue bool) error {
@@ -162,6 +177,14 @@ type Acknowledger interface {
 	Ack(ctx context.Context, d *Delivery) error
 	Reject(ctx context.Context, d *Delivery, requeue bool) error
 	DeadLetter(ctx context.Context, d *Delivery, r DeadLetterReason) error
+}
+
+// AsyncAcknowledger is an Acknowledger whose acks can be started without
+// waiting for the broker, where waiting costs a round trip (Redis). See
+// Delivery.AckAsync.
+type AsyncAcknowledger interface {
+	Acknowledger
+	AckAsync(ctx context.Context, d *Delivery) (wait func(context.Context) error, err error)
 }
 
 // DeadLetterReason says why a message was dead-lettered.

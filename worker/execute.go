@@ -71,15 +71,26 @@ func (w *Worker) execute(p *pending) {
 		w.revoke(sctx, p.d, m, "expired")
 		return
 	}
+	var ackWait func(context.Context) error
 	if !r.acksLate {
 		// Early ack (Celery's default): once the task starts, a crash does
-		// not bring the message back. If the ack fails the broker will
-		// redeliver it, so running it now would run it twice.
-		if err := p.d.Ack(sctx); err != nil {
+		// not bring the message back. An ack that cannot be sent leaves
+		// the message to the broker, so the task does not run. The task
+		// does not wait for the broker's answer, as in Celery's prefork
+		// pool, where the parent acknowledges once a child has started the
+		// task: on Redis that answer is a round trip (a third of an idle
+		// worker's latency).
+		var err error
+		if ackWait, err = p.d.AckAsync(sctx); err != nil {
 			r.logAt(zap.WarnLevel, "early ack failed; not running the task, the broker will redeliver it", zap.Error(err))
 			return
 		}
 		r.acked = true
+		defer func() {
+			if err := ackWait(sctx); err != nil {
+				r.logAt(zap.WarnLevel, "early ack failed after the task started; the broker will deliver it again", zap.Error(err))
+			}
+		}()
 	}
 
 	hard, soft := w.limits(m, p.opts)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -88,6 +89,9 @@ type consumer struct {
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
+
+	// handing counts the batches given to handOut and not yet handed out.
+	handing atomic.Int32
 
 	mu          sync.Mutex
 	queues      []transport.Queue
@@ -270,6 +274,7 @@ func (c *consumer) run() {
 		close(c.out)
 	}()
 	attempt := 0
+	exhausted := false
 	for {
 		select {
 		case <-c.stop:
@@ -288,12 +293,27 @@ func (c *consumer) run() {
 			}
 			continue
 		}
-		msgs, err := c.t.popBatch(order, n)
+		var msgs []popped
+		var err error
+		if !exhausted {
+			msgs, err = c.t.popBatch(order, n)
+			// Fewer than asked for: every list was empty when the script
+			// ran, so the next step is to wait (BLMOVE answers at once if a
+			// message came meanwhile), not another pop that would find
+			// nothing and cost an idle consumer a script call per message.
+			exhausted = err == nil && len(msgs) < n
+		}
 		if err == nil && len(msgs) == 0 {
-			var m *popped
-			m, err = c.t.blockingPop(order, c.stop)
-			if m != nil {
-				msgs = []popped{*m}
+			exhausted = false
+			if c.t.rpopCount {
+				msgs, err = c.t.awaitPop(order, n)
+				exhausted = err == nil && len(msgs) < n
+			} else {
+				var m *popped
+				m, err = c.t.blockingPop(order, c.stop)
+				if m != nil {
+					msgs = []popped{*m}
+				}
 			}
 		}
 		if err != nil {
@@ -331,14 +351,31 @@ func (c *consumer) run() {
 		if len(hs) == 0 {
 			continue
 		}
+		if len(hs) <= directBatch && c.handing.Load() == 0 {
+			// handOut is idle (this goroutine is the only one that gives it
+			// work), so nothing is ahead of these in order: hand them out
+			// here and spare a goroutine wake-up, which an idle consumer's
+			// first message would otherwise wait for.
+			if !c.deliver(hs) {
+				return
+			}
+			runtime.Gosched()
+			continue
+		}
+		c.handing.Add(1)
 		select {
 		case batches <- hs:
 		case <-c.stop:
+			c.handing.Add(-1)
 			c.t.restoreUndelivered(hs)
 			return
 		}
 	}
 }
+
+// directBatch is the largest batch the fetch loop hands out itself when
+// handOut is idle; a larger one is worth overlapping with the next pop.
+const directBatch = 16
 
 // handOut decodes popped messages and hands them out in order. Once the
 // consumer stops, what was not handed out is restored.
@@ -347,11 +384,10 @@ func (c *consumer) handOut(batches <-chan []*held) {
 	for hs := range batches {
 		if stopped {
 			c.t.restoreUndelivered(hs)
-			continue
-		}
-		if !c.deliver(hs) {
+		} else if !c.deliver(hs) {
 			stopped = true
 		}
+		c.handing.Add(-1)
 	}
 }
 
@@ -389,7 +425,19 @@ func (c *consumer) deliver(hs []*held) bool {
 // in kombu's order, each recorded in unacked and unacked_index in the same
 // atomic step.
 func (t *Transport) popBatch(order []string, n int) ([]popped, error) {
-	ctx := context.Background()
+	ks, args := t.consumeArgs(order, n)
+	res, err := t.scrConsume.Run(context.Background(), t.rdb, ks, args...).Slice()
+	if err != nil {
+		if errors.Is(err, goredis.Nil) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return t.parsePopped(order, res), nil
+}
+
+// consumeArgs returns the consume script's keys and arguments.
+func (t *Transport) consumeArgs(order []string, n int) ([]string, []any) {
 	nb := len(t.keys.steps)
 	ks := make([]string, 0, 2+len(order)*(nb+1))
 	ks = append(ks, t.keys.unacked, t.keys.unackedIndex)
@@ -414,13 +462,12 @@ func (t *Transport) popBatch(order []string, n int) ([]popped, error) {
 	for _, q := range order {
 		args = append(args, q)
 	}
-	res, err := t.scrConsume.Run(ctx, t.rdb, ks, args...).Slice()
-	if err != nil {
-		if errors.Is(err, goredis.Nil) {
-			return nil, nil
-		}
-		return nil, err
-	}
+	return ks, args
+}
+
+// parsePopped reads the consume script's answer (and logs the undecodable
+// items it dead-lettered).
+func (t *Transport) parsePopped(order []string, res []any) []popped {
 	out := make([]popped, 0, len(res)/5)
 	for i := 0; i+4 < len(res); i += 5 {
 		qi, _ := res[i].(int64)
@@ -440,23 +487,70 @@ func (t *Transport) popBatch(order []string, n int) ([]popped, error) {
 		}
 		out = append(out, popped{queue: order[qi-1], raw: stringBytes(s(1)), tag: s(2), exchange: s(3), routingKey: s(4)})
 	}
-	return out, nil
+	return out
+}
+
+// maxPipelinedWait bounds awaitPop's BLMOVE: the pipeline's answer is read
+// under go-redis's ReadTimeout (3 s), not a blocking command's own.
+const maxPipelinedWait = 2 * time.Second
+
+// awaitPop waits for a message and takes it, on Redis >= 6.2. BRPOP
+// removes a message from its list before the consumer can record it in
+// unacked: a process killed, or a connection cut, between the two loses
+// that message (the fault suite lost tasks to it). BLMOVE of a list onto
+// itself, right end to right end, instead returns as soon as the list
+// holds a message and leaves the list exactly as it was, so nothing is
+// ever in flight outside Redis; the atomic consume script then takes the
+// message. The script is pipelined behind BLMOVE on one connection, so
+// Redis runs it the moment BLMOVE returns (or times out): an idle
+// consumer's first message costs one round trip, as with BRPOP.
+//
+// BLMOVE watches a single list: the first in consume order (the default
+// band of the first queue, where Celery's unprioritised tasks go), for
+// BRPOPTimeout when it is the only list, else for at most idlePoll, so
+// that messages on the other lists wait at most that long.
+func (t *Transport) awaitPop(order []string, n int) ([]popped, error) {
+	ks := t.keys.consumeOrder(order)
+	if len(ks) == 0 {
+		return nil, nil
+	}
+	wait := t.cfg.BRPOPTimeout
+	if len(ks) > 1 {
+		wait = min(wait, idlePoll)
+	}
+	wait = min(wait, maxPipelinedWait)
+	keys, args := t.consumeArgs(order, n)
+	ctx := context.Background()
+	var pop *goredis.Cmd
+	_, _ = t.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		// go-redis's BLMove rounds its timeout to whole seconds; the server
+		// takes fractions.
+		p.Do(ctx, "BLMOVE", ks[0], ks[0], "RIGHT", "RIGHT", strconv.FormatFloat(wait.Seconds(), 'f', 3, 64))
+		pop = t.scrConsume.EvalSha(ctx, p, keys, args...)
+		return nil
+	})
+	res, err := pop.Slice()
+	switch {
+	case err == nil:
+		return t.parsePopped(order, res), nil
+	case errors.Is(err, goredis.Nil):
+		return nil, nil
+	case goredis.HasErrorPrefix(err, "NOSCRIPT"):
+		// The script cache was flushed: the plain pop loads it again.
+		return t.popBatch(order, n)
+	}
+	return nil, err
 }
 
 // idlePoll bounds how long an idle consumer of several lists waits on the
-// first one before it polls them all again (see awaitMessage).
+// first one before it polls them all again (see awaitPop).
 const idlePoll = 100 * time.Millisecond
 
-// blockingPop waits for a message when every list was empty. On Redis >=
-// 6.2 it only waits (awaitMessage) and returns nothing: the caller then
-// pops with the atomic script. On older servers it waits up to
-// BRPOPTimeout in BRPOP (priority-major key order) and records the message
-// in unacked as kombu does, with kombu's loss window between the pop and
-// the record.
+// blockingPop waits for a message when every list was empty, on Redis
+// before 6.2 (no BLMOVE, see awaitPop): up to BRPOPTimeout in BRPOP
+// (priority-major key order), and records the message in unacked as kombu
+// does, with kombu's loss window between the pop and the record.
 func (t *Transport) blockingPop(order []string, stop <-chan struct{}) (*popped, error) {
-	if t.rpopCount {
-		return nil, t.awaitMessage(order)
-	}
 	ctx := context.Background()
 	res, err := t.rdb.BRPop(ctx, t.cfg.BRPOPTimeout, t.keys.consumeOrder(order)...).Result()
 	if errors.Is(err, goredis.Nil) {
@@ -515,39 +609,6 @@ func (t *Transport) blockingPop(order []string, stop <-chan struct{}) (*popped, 
 	return &popped{queue: queue, tag: meta.Tag, exchange: meta.Exchange, routingKey: rk, raw: item}, nil
 }
 
-// awaitMessage blocks until a message may be waiting, without taking it.
-// BRPOP removes a message from its list before the consumer can record it
-// in unacked: a process killed, or a connection cut, between the two loses
-// that message (the fault suite lost tasks to it). BLMOVE of a list onto
-// itself, right end to right end, instead returns as soon as the list
-// holds a message and leaves the list exactly as it was, so nothing is
-// ever in flight outside Redis; the atomic consume script then takes the
-// message. BLMOVE watches a single list: the first in consume order (the
-// default band of the first queue, where Celery's unprioritised tasks go),
-// for BRPOPTimeout when it is the only list, else for at most idlePoll, so
-// that messages on the other lists wait at most that long.
-func (t *Transport) awaitMessage(order []string) error {
-	ks := t.keys.consumeOrder(order)
-	if len(ks) == 0 {
-		return nil
-	}
-	ctx := context.Background()
-	var err error
-	if len(ks) > 1 && t.cfg.BRPOPTimeout > idlePoll {
-		// go-redis's BLMove rounds its timeout to whole seconds (and logs
-		// that it did); the server takes fractions. idlePoll is well within
-		// the client's read timeout.
-		err = t.rdb.Do(ctx, "BLMOVE", ks[0], ks[0], "RIGHT", "RIGHT",
-			strconv.FormatFloat(idlePoll.Seconds(), 'f', 3, 64)).Err()
-	} else {
-		err = t.rdb.BLMove(ctx, ks[0], ks[0], "RIGHT", "RIGHT", t.cfg.BRPOPTimeout).Err()
-	}
-	if errors.Is(err, goredis.Nil) {
-		return nil
-	}
-	return err
-}
-
 func score(t time.Time) string { return strconv.FormatFloat(scoreFloat(t), 'f', 6, 64) }
 
 func scoreFloat(t time.Time) float64 { return float64(t.UnixMicro()) / 1e6 }
@@ -574,7 +635,7 @@ type held struct {
 	settled    atomic.Bool
 }
 
-var _ transport.Acknowledger = (*held)(nil)
+var _ transport.AsyncAcknowledger = (*held)(nil)
 
 func (t *Transport) hold(c *consumer, m *popped) *held {
 	h := &held{t: t, c: c, queue: m.queue, tag: m.tag, exchange: m.exchange, routingKey: m.routingKey, raw: m.raw}
@@ -612,6 +673,23 @@ func (h *held) Ack(ctx context.Context, d *transport.Delivery) error {
 		return transport.ErrAlreadyAcknowledged
 	}
 	return h.t.acker.ack(ctx, h.tag)
+}
+
+// AckAsync implements transport.AsyncAcknowledger: the ack joins the next
+// group-committed MULTI/EXEC, written by a goroutine of the acker's, and
+// wait waits for it.
+func (h *held) AckAsync(ctx context.Context, d *transport.Delivery) (func(context.Context) error, error) {
+	if h.t.isClosed() {
+		return nil, transport.ErrClosed
+	}
+	if !h.settle() {
+		return nil, transport.ErrAlreadyAcknowledged
+	}
+	b, err := h.t.acker.ackAsync(h.tag)
+	if err != nil {
+		return nil, err
+	}
+	return b.wait, nil
 }
 
 // Reject implements transport.Acknowledger. With requeue the message goes
@@ -675,13 +753,19 @@ func (t *Transport) retry(ctx context.Context, f func() error) error {
 }
 
 // acker batches acks (group commit): whatever acks arrive while one flush
-// is in flight go out together in the next MULTI/EXEC.
+// is in flight go out together in the next MULTI/EXEC. An ack that finds
+// nothing in flight is written by its caller's goroutine, so an idle
+// transport adds no hand-off (two goroutine wake-ups, a third of the ack's
+// latency) to the round trip; acks that queue meanwhile get a goroutine of
+// the acker's.
 type acker struct {
 	t       *Transport
 	mu      sync.Mutex
 	pending *ackBatch
+	leading bool // a goroutine is writing; acks queue in pending
 	closed  bool // after the final flush: acks are refused
-	kick    chan struct{}
+	direct  sync.WaitGroup
+	leaders sync.WaitGroup
 }
 
 type ackBatch struct {
@@ -690,8 +774,19 @@ type ackBatch struct {
 	err  error
 }
 
+func newAckBatch() *ackBatch { return &ackBatch{done: make(chan struct{})} }
+
+func (b *ackBatch) wait(ctx context.Context) error {
+	select {
+	case <-b.done:
+		return b.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func newAcker(t *Transport) *acker {
-	return &acker{t: t, pending: &ackBatch{done: make(chan struct{})}, kick: make(chan struct{}, 1)}
+	return &acker{t: t, pending: newAckBatch()}
 }
 
 func (a *acker) ack(ctx context.Context, tag string) error {
@@ -704,67 +799,129 @@ func (a *acker) ack(ctx context.Context, tag string) error {
 	}
 	b := a.pending
 	b.tags = append(b.tags, tag)
+	if a.leading {
+		a.mu.Unlock()
+		return b.wait(ctx)
+	}
+	a.leading = true
+	a.pending = newAckBatch()
+	a.direct.Add(1)
 	a.mu.Unlock()
-	select {
-	case a.kick <- struct{}{}:
-	default:
+	defer a.direct.Done()
+	err := a.write(b)
+	if err != nil && isRetryable(err) {
+		// Retries back off: they belong to the acker, and the caller waits
+		// only as long as its ctx allows (the ack is still applied).
+		a.leaders.Go(func() {
+			a.retry(b, err, a.t.stop)
+			a.lead()
+		})
+		return b.wait(ctx)
 	}
-	select {
-	case <-b.done:
-		return b.err
-	case <-ctx.Done():
-		return ctx.Err()
+	a.finish(b, err)
+	a.mu.Lock()
+	if len(a.pending.tags) > 0 {
+		a.leaders.Go(a.lead)
+	} else {
+		a.leading = false
 	}
+	a.mu.Unlock()
+	return b.err
 }
 
-func (a *acker) take(final bool) *ackBatch {
+// ackAsync queues an ack for a goroutine of the acker's to write and
+// returns its batch.
+func (a *acker) ackAsync(tag string) (*ackBatch, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.closed = final
+	if a.closed {
+		return nil, transport.ErrClosed
+	}
 	b := a.pending
-	a.pending = &ackBatch{done: make(chan struct{})}
-	return b
+	b.tags = append(b.tags, tag)
+	if !a.leading {
+		a.leading = true
+		a.leaders.Go(a.lead)
+	}
+	return b, nil
 }
 
-func (a *acker) run() {
+// lead writes queued acks until there are none left, then gives up the
+// lead.
+func (a *acker) lead() {
 	for {
-		select {
-		case <-a.kick:
-			a.flush(a.take(false), a.t.stop)
-		case <-a.t.stop:
-			// Final flush: acks queued before Close still count.
-			a.flush(a.take(true), nil)
+		a.mu.Lock()
+		if len(a.pending.tags) == 0 {
+			a.leading = false
+			a.mu.Unlock()
 			return
 		}
+		b := a.pending
+		a.pending = newAckBatch()
+		a.mu.Unlock()
+		a.flush(b, a.t.stop)
 	}
 }
 
+// close refuses further acks and waits until the queued ones are written:
+// acks queued before Close still count.
+func (a *acker) close() {
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+	a.direct.Wait()
+	a.leaders.Wait()
+}
+
+// flush writes a batch, retrying, and reports to its waiters.
 func (a *acker) flush(b *ackBatch, stop <-chan struct{}) {
-	defer close(b.done)
 	if len(b.tags) == 0 {
+		close(b.done)
 		return
 	}
+	err := a.write(b)
+	if err != nil && isRetryable(err) {
+		a.retry(b, err, stop)
+		return
+	}
+	a.finish(b, err)
+}
+
+// write is one attempt: ZREM + HDEL of the batch's tags in one MULTI/EXEC.
+func (a *acker) write(b *ackBatch) error {
 	ctx := context.Background()
-	for attempt := 0; ; attempt++ {
-		_, err := a.t.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-			for i := 0; i < len(b.tags); i += 1000 {
-				chunk := b.tags[i:min(i+1000, len(b.tags))]
-				members := make([]any, len(chunk))
-				for j, tag := range chunk {
-					members[j] = tag
-				}
-				p.ZRem(ctx, a.t.keys.unackedIndex, members...)
-				p.HDel(ctx, a.t.keys.unacked, chunk...)
+	_, err := a.t.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		for i := 0; i < len(b.tags); i += 1000 {
+			chunk := b.tags[i:min(i+1000, len(b.tags))]
+			members := make([]any, len(chunk))
+			for j, tag := range chunk {
+				members[j] = tag
 			}
-			return nil
-		})
-		if err == nil {
-			return
+			p.ZRem(ctx, a.t.keys.unackedIndex, members...)
+			p.HDel(ctx, a.t.keys.unacked, chunk...)
 		}
+		return nil
+	})
+	return err
+}
+
+// finish reports a batch's outcome to its waiters.
+func (a *acker) finish(b *ackBatch, err error) {
+	if err != nil {
+		b.err = fmt.Errorf("redis: ack: %w", err)
+		a.t.log.Error("redis: acks failed; the messages stay unacked and come back after the visibility timeout",
+			zap.Int("count", len(b.tags)), zap.Error(err))
+	}
+	close(b.done)
+}
+
+// retry writes a batch whose first attempt failed with err, backing off
+// between attempts (fully, even once the transport stops: the final acks
+// matter most).
+func (a *acker) retry(b *ackBatch, err error, stop <-chan struct{}) {
+	for attempt := 0; ; attempt++ {
 		if !isRetryable(err) || attempt >= 10 {
-			b.err = fmt.Errorf("redis: ack: %w", err)
-			a.t.log.Error("redis: acks failed; the messages stay unacked and come back after the visibility timeout",
-				zap.Int("count", len(b.tags)), zap.Error(err))
+			a.finish(b, err)
 			return
 		}
 		a.t.logError(&a.t.errLimiter, "redis: ack failed; retrying", err, zap.Int("count", len(b.tags)))
@@ -772,6 +929,10 @@ func (a *acker) flush(b *ackBatch, stop <-chan struct{}) {
 			time.Sleep(a.t.backoff(attempt))
 		} else if !sleep(stop, a.t.backoff(attempt)) {
 			stop = nil
+		}
+		if err = a.write(b); err == nil {
+			a.finish(b, nil)
+			return
 		}
 	}
 }

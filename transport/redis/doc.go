@@ -30,7 +30,8 @@
 // same atomic step, so nothing popped is ever unrecorded. When every list
 // is empty the consumer blocks without popping: BLMOVE of the first list
 // onto itself (right to right, which leaves the list unchanged) returns
-// when a message arrives, and the script then takes it. Unlike kombu's
+// when a message arrives, and the script, pipelined behind it on the same
+// connection, takes it in the same round trip. Unlike kombu's
 // BRPOP, no message is ever out of its list and not yet in unacked, so a
 // worker killed with -9 or a connection cut at any moment loses nothing.
 // BLMOVE watches one list (the first queue's default band, where Celery's
@@ -39,7 +40,9 @@
 // (Config.BRPOPTimeout) and records the message as kombu does, with
 // kombu's loss window between the two. Acks from all deliveries are
 // group-committed: whatever acks arrive while one MULTI/EXEC is in flight
-// go out together in the next one.
+// go out together in the next one; an ack that finds none in flight is
+// written at once by its caller, and Delivery.AckAsync lets the worker
+// start a task without waiting for its early ack's round trip.
 //
 // Messages that cannot be decoded never stop the consumer: they move to
 // their queue's dead-letter list with reason "undecodable" and are logged.

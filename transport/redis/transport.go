@@ -149,7 +149,10 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 	rdb.AddHook(&connWatch{reconnects: &t.reconnects})
 	t.rpopCount = serverAtLeast(ctx, rdb, 6, 2)
 	t.acker = newAcker(t)
-	t.wg.Go(t.acker.run)
+	t.wg.Go(func() {
+		<-t.stop
+		t.acker.close()
+	})
 	return t, nil
 }
 

@@ -785,11 +785,11 @@ func blockedIn(e *env, cmd string) bool {
 	return false
 }
 
-// TestIdleWaitTakesNothing: on Redis >= 6.2 an idle consumer waits in
+// TestIdleWaitPopsAtomically: on Redis >= 6.2 an idle consumer waits in
 // BLMOVE of a list onto itself, which takes no message, so a worker killed
 // or a connection cut while it waits cannot lose one (BRPOP's window); the
 // message that ends the wait is taken and recorded by the atomic script.
-func TestIdleWaitTakesNothing(t *testing.T) {
+func TestIdleWaitPopsAtomically(t *testing.T) {
 	e := newEnv(t)
 	tr := e.dial(e.config())
 	if !tr.rpopCount {
@@ -798,22 +798,33 @@ func TestIdleWaitTakesNothing(t *testing.T) {
 	ctx := context.Background()
 	k := keys{prefix: e.prefix, sep: DefaultSep, steps: []int{0, 3, 6, 9}}
 
-	// The wait itself, with a message present: it returns at once and the
-	// message is still on its list, not in unacked.
+	// The wait with a message present returns at once, and the script
+	// pipelined behind it has taken the message: off its list and into
+	// unacked in one step.
 	tag := newTag()
 	envelope := pyEnvelope(tag, "rt_a", 0, 1)
 	e.push("rt_a", 0, envelope)
-	if err := tr.awaitMessage([]string{"rt_a"}); err != nil {
+	got, err := tr.awaitPop([]string{"rt_a"}, 4)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got := e.raw.LRange(ctx, k.list("rt_a", 0), 0, -1).Val(); !slices.Equal(got, []string{envelope}) {
-		t.Fatalf("list after the wait = %q, want the message untouched", got)
+	if len(got) != 1 || got[0].tag != tag {
+		t.Fatalf("awaitPop = %+v, want the message %s", got, tag)
 	}
-	if n := e.raw.HLen(ctx, e.key("unacked")).Val(); n != 0 {
-		t.Fatalf("unacked holds %d after the wait, want 0", n)
+	if n := e.raw.LLen(ctx, k.list("rt_a", 0)).Val(); n != 0 {
+		t.Fatalf("list holds %d after the pop, want 0", n)
+	}
+	if !e.raw.HExists(ctx, e.key("unacked"), tag).Val() {
+		t.Fatal("the popped message is not in unacked")
+	}
+	if err := e.raw.Del(ctx, e.key("unacked"), e.key("unacked_index")).Err(); err != nil {
+		t.Fatal(err)
 	}
 
-	// A consumer that blocks waiting, then gets a message pushed.
+	// A consumer takes a waiting message, then blocks waiting (in BLMOVE,
+	// not BRPOP) and gets a message pushed.
+	tag = newTag()
+	e.push("rt_a", 0, pyEnvelope(tag, "rt_a", 0, 1))
 	c := consume(t, tr, 4, "rt_a", "rt_b")
 	d := receive(t, c.Deliveries())
 	if d.Tag != tag {
@@ -836,9 +847,9 @@ func TestIdleWaitTakesNothing(t *testing.T) {
 	if d2.Tag != tag2 || d2.Queue != "rt_b" {
 		t.Fatalf("delivery %s from %s", d2.Tag, d2.Queue)
 	}
-	got := e.raw.HGet(ctx, e.key("unacked"), tag2).Val()
-	if want := "[" + envelope2 + `, "", "rt_b"]`; got != want {
-		t.Fatalf("unacked value mismatch (-want +got):\n%s", cmp.Diff(want, got))
+	value := e.raw.HGet(ctx, e.key("unacked"), tag2).Val()
+	if want := "[" + envelope2 + `, "", "rt_b"]`; value != want {
+		t.Fatalf("unacked value mismatch (-want +got):\n%s", cmp.Diff(want, value))
 	}
 	for _, d := range []*transport.Delivery{d, d2} {
 		if err := d.Ack(ctx); err != nil {

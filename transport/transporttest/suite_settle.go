@@ -1,6 +1,7 @@
 package transporttest
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 func settleTests() []testCase {
 	return []testCase{
 		{"AckRemoves", testAckRemoves},
+		{"AckAsync", testAckAsync},
 		{"RejectRequeue", testRejectRequeue},
 		{"RejectRequeueAtHead", testRejectRequeueAtHead},
 		{"RejectDrops", testRejectDrops},
@@ -33,6 +35,43 @@ func testAckRemoves(t *testing.T, e *env) {
 	}
 	tr2 := e.transport()
 	c2 := e.consume(tr2, 1, transport.Queue{Name: q})
+	e.none(c2, "an acked message must not come back after Close")
+}
+
+// testAckAsync: an ack started with AckAsync settles the delivery at once
+// and, once waited for, has removed the message like Ack.
+func testAckAsync(t *testing.T, e *env) {
+	tr := e.transport()
+	q := e.queue()
+	c := e.consume(tr, 2, transport.Queue{Name: q})
+	e.publishN(tr, q, "async", 2)
+	ds := e.recvN(c, 2)
+	waits := make([]func(context.Context) error, len(ds))
+	for i, d := range ds {
+		w, err := d.AckAsync(e.ctx)
+		if err != nil {
+			t.Fatalf("AckAsync: %v", err)
+		}
+		waits[i] = w
+		if err := d.Ack(e.ctx); !errors.Is(err, transport.ErrAlreadyAcknowledged) {
+			t.Errorf("Ack after AckAsync: %v, want ErrAlreadyAcknowledged", err)
+		}
+		if _, err := d.AckAsync(e.ctx); !errors.Is(err, transport.ErrAlreadyAcknowledged) {
+			t.Errorf("second AckAsync: %v, want ErrAlreadyAcknowledged", err)
+		}
+	}
+	for _, w := range waits {
+		if err := w(e.ctx); err != nil {
+			t.Errorf("waiting for the ack: %v", err)
+		}
+	}
+	e.none(c, "both messages were acked")
+	e.waitLen(tr, q, 0)
+	if err := tr.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	tr2 := e.transport()
+	c2 := e.consume(tr2, 2, transport.Queue{Name: q})
 	e.none(c2, "an acked message must not come back after Close")
 }
 
