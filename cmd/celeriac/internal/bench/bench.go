@@ -207,12 +207,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	if o.LatencyN > 0 {
-		for _, b := range o.Brokers {
-			g, err := h.latencyGroup(ctx, b)
-			if err != nil {
-				return nil, err
+		for _, mode := range []string{ModeGet, ModePubSub} {
+			for _, b := range o.Brokers {
+				g, err := h.latencyGroup(ctx, b, mode)
+				if err != nil {
+					return nil, err
+				}
+				rep.Latency = append(rep.Latency, g)
 			}
-			rep.Latency = append(rep.Latency, g)
 		}
 	}
 	if !o.NoSweep {

@@ -8,8 +8,15 @@ import (
 	"time"
 )
 
-// Latency is one worker's round trips: Python's apply_async then
-// AsyncResult.get(), one at a time, against an idle worker.
+// Latency modes (latency.py): Celery's AsyncResult.get(), or send_task
+// with the result awaited on the client's own pub/sub subscription.
+const (
+	ModeGet    = "get"
+	ModePubSub = "pubsub"
+)
+
+// Latency is one worker's round trips: Python's apply_async then the
+// result, one at a time, against an idle worker.
 type Latency struct {
 	Kind  Kind
 	Label string
@@ -20,34 +27,35 @@ type Latency struct {
 // Redis).
 type LatencyGroup struct {
 	Broker string
+	Mode   string // ModeGet or ModePubSub
 	Calls  int
 	Rows   []Latency
 }
 
 const latencyWarmup = 50
 
-func (h *harness) latencyGroup(ctx context.Context, b string) (LatencyGroup, error) {
+func (h *harness) latencyGroup(ctx context.Context, b, mode string) (LatencyGroup, error) {
 	k := h.kits[b]
-	g := LatencyGroup{Broker: k.Name(), Calls: h.o.LatencyN}
+	g := LatencyGroup{Broker: k.Name(), Mode: mode, Calls: h.o.LatencyN}
 	for _, kind := range h.o.Workers {
 		g.Rows = append(g.Rows, Latency{Kind: kind, Label: kind.label(h.o.Concurrency)})
 	}
 	for rep := 1; rep <= h.o.Reps; rep++ {
 		for i := range g.Rows {
 			row := &g.Rows[i]
-			ms, err := h.latency(ctx, spec{kind: row.Kind, broker: k, results: true})
+			ms, err := h.latency(ctx, spec{kind: row.Kind, broker: k, results: true}, mode)
 			if err != nil {
-				return g, fmt.Errorf("%s latency, %s: %w", k.Name(), row.Label, err)
+				return g, fmt.Errorf("%s latency (%s), %s: %w", k.Name(), mode, row.Label, err)
 			}
 			st := percentiles(ms)
-			h.logf("%s latency: %s rep %d: p50 %.2f ms p99 %.2f ms", k.Name(), row.Label, rep, st.p50, st.p99)
+			h.logf("%s latency (%s): %s rep %d: p50 %.2f ms p99 %.2f ms", k.Name(), mode, row.Label, rep, st.p50, st.p99)
 			row.Runs = append(row.Runs, ms)
 		}
 	}
 	return g, nil
 }
 
-func (h *harness) latency(ctx context.Context, s spec) ([]float64, error) {
+func (h *harness) latency(ctx context.Context, s spec, mode string) ([]float64, error) {
 	if err := h.prepare(ctx, s.broker, nil); err != nil {
 		return nil, err
 	}
@@ -57,7 +65,7 @@ func (h *harness) latency(ctx context.Context, s spec) ([]float64, error) {
 	}
 	defer p.stop()
 	out, err := h.python(ctx, s.broker.URL(), true, filepath.Join(h.pyDir, "latency.py"),
-		fmt.Sprint(h.o.LatencyN), fmt.Sprint(latencyWarmup), h.o.Queue)
+		mode, fmt.Sprint(h.o.LatencyN), fmt.Sprint(latencyWarmup), h.o.Queue)
 	if err != nil {
 		if perr := p.failed(); perr != nil {
 			return nil, perr
