@@ -164,9 +164,11 @@ func (h *harness) drain(ctx context.Context, s spec, msgs []message) (Drain, err
 			d.Stalled = fmt.Sprintf("no progress for %v: %d of %d taken, %d unacknowledged, %d results", h.o.Stall, n-ready, n, max(unacked, 0), stored)
 			break
 		}
-		if !t0.IsZero() && now.Sub(t0) > h.o.Timeout {
-			d.Stalled = fmt.Sprintf("not done after %v: %d of %d taken, %d unacknowledged, %d results", h.o.Timeout, n-ready, n, max(unacked, 0), stored)
-			break
+		if !t0.IsZero() {
+			if why := hopeless(now.Sub(t0), h.o.Timeout, progress(n, ready, unacked, stored, s.results), n); why != "" {
+				d.Stalled = fmt.Sprintf("%s: %d of %d taken, %d unacknowledged, %d results", why, n-ready, n, max(unacked, 0), stored)
+				break
+			}
 		}
 		if err := p.failed(); err != nil {
 			return d, err
@@ -205,6 +207,34 @@ func (h *harness) serverCPU(ctx context.Context, k kit, results bool) (time.Dura
 		cpu, ok = cpu+rc, ok && rok
 	}
 	return cpu, ok
+}
+
+// progress is how many of n tasks a drain has finished, as far as the
+// broker can tell: taken and acknowledged where unacked is known, stored
+// with results.
+func progress(n, ready, unacked, stored int, results bool) int {
+	if results {
+		return stored
+	}
+	return n - ready - max(unacked, 0)
+}
+
+// hopeless says why a drain is not worth waiting for: it ran past timeout,
+// or after ten seconds its rate so far would take it past timeout.
+func hopeless(elapsed, timeout time.Duration, done, n int) string {
+	if elapsed > timeout {
+		return fmt.Sprintf("not done after %v", timeout.Round(time.Second))
+	}
+	if elapsed < 10*time.Second {
+		return ""
+	}
+	if done <= 0 {
+		return fmt.Sprintf("nothing done after %v", elapsed.Round(time.Second))
+	}
+	if projected := time.Duration(float64(elapsed) * float64(n) / float64(done)); projected > timeout {
+		return fmt.Sprintf("too slow: %d done in %v, %v projected (limit %v)", done, elapsed.Round(time.Second), projected.Round(time.Second), timeout.Round(time.Second))
+	}
+	return ""
 }
 
 // prepare empties the queue and the result database and loads msgs.
