@@ -128,13 +128,21 @@ func (h *harness) drain(ctx context.Context, s spec, msgs []message) (Drain, err
 			p.stop()
 		}
 	}()
+	// A poll sees the queue at some moment during its round trip: its
+	// midpoint. The drain starts between the last poll that saw every
+	// message ready (or the worker's start) and the first that did not, and
+	// ends between the last poll that saw work left and the first that saw
+	// none; the midpoints of those intervals are the clock's readings, so a
+	// drain shorter than a poll interval still measures more than zero.
 	var t0, tEnd time.Time
+	lastFull, lastBusy := time.Now(), time.Time{}
 	var cpu0, bcpu0 time.Duration
 	var bok bool
 	lastProgress, lastSeen := time.Now(), -1
 	tick := time.NewTicker(h.o.Poll)
 	defer tick.Stop()
 	for {
+		before := time.Now()
 		ready, unacked, err := k.State(ctx)
 		if err != nil {
 			return d, fmt.Errorf("poll: %w", err)
@@ -148,18 +156,29 @@ func (h *harness) drain(ctx context.Context, s spec, msgs []message) (Drain, err
 			stored = int(db)
 		}
 		now := time.Now()
-		if t0.IsZero() && ready < n {
-			t0 = now
-			st := sampleTree(p.pid())
-			cpu0, d.StartRSS = st.cpu, st.rss
-			bcpu0, bok = h.serverCPU(ctx, k, s.results)
+		seen := before.Add(now.Sub(before) / 2)
+		if t0.IsZero() {
+			if ready < n {
+				t0 = midpoint(lastFull, seen)
+				st := sampleTree(p.pid())
+				cpu0, d.StartRSS = st.cpu, st.rss
+				bcpu0, bok = h.serverCPU(ctx, k, s.results)
+			} else {
+				lastFull = seen
+			}
 		}
 		if ready == 0 && unacked <= 0 && (!s.results || stored >= n) {
-			tEnd = now
+			if lastBusy.Before(t0) {
+				lastBusy = t0
+			}
+			tEnd = midpoint(lastBusy, seen)
 			break
 		}
-		if seen := (n - ready) + stored + max(unacked, 0); seen != lastSeen {
-			lastSeen, lastProgress = seen, now
+		if !t0.IsZero() {
+			lastBusy = seen
+		}
+		if count := (n - ready) + stored + max(unacked, 0); count != lastSeen {
+			lastSeen, lastProgress = count, now
 		} else if now.Sub(lastProgress) > h.o.Stall {
 			d.Stalled = fmt.Sprintf("no progress for %v: %d of %d taken, %d unacknowledged, %d results", h.o.Stall, n-ready, n, max(unacked, 0), stored)
 			break
@@ -197,6 +216,8 @@ func (h *harness) drain(ctx context.Context, s spec, msgs []message) (Drain, err
 	}
 	return d, h.verify(ctx, k, s.results, n)
 }
+
+func midpoint(a, b time.Time) time.Time { return a.Add(b.Sub(a) / 2) }
 
 // serverCPU is the CPU time of the broker server plus, with results, the
 // result Redis when it is not the broker.
