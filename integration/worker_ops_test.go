@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/celeriac/celeriac/retry"
 	"github.com/celeriac/celeriac/worker"
 	"github.com/celeriac/celeriac/worker/connect"
 )
@@ -259,21 +261,24 @@ print(r.stdout); print(r.stderr, file=sys.stderr); sys.exit(r.returncode)
 }
 
 // TestWorkerEventsFromPython: a Python event receiver sees the worker's
-// heartbeats and task events, and Celery's State tracks tasks to their
-// final states.
+// online, heartbeat and offline events and every kind of task event, and
+// Celery's State tracks the tasks to their final states.
 func TestWorkerEventsFromPython(t *testing.T) {
 	eachBroker(t, func(t *testing.T, bc brokerCase) {
 		q := uniqueQueue(t, bc)
 		node := "ev-" + bc.name + "@celeriac"
-		startGoWorker(t, bc, q, worker.Config{Concurrency: 2, Hostname: node, SendTaskEvents: true}, nil)
-		pyClient(t, bc, q, fmt.Sprintf(`
+		// The receiver listens before the worker starts, so that it sees
+		// worker-online too: Python prints LISTENING, then the worker starts.
+		script := fmt.Sprintf(`
 import threading
 node = %q
 state = app.events.State()
 seen = []
+lock = threading.Lock()
 def on_event(ev):
-    seen.append(ev["type"])
-    state.event(ev)
+    with lock:
+        seen.append((ev["type"], ev.get("uuid") or ev.get("hostname")))
+        state.event(ev)
 stop = threading.Event()
 def capture():
     with app.connection() as conn:
@@ -287,30 +292,110 @@ def capture():
 t = threading.Thread(target=capture, daemon=True)
 t.start()
 time.sleep(1.0)
+print("LISTENING", flush=True)
+def wait_for(what, cond, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with lock:
+            if cond():
+                return
+        time.sleep(0.1)
+    with lock:
+        raise SystemExit("timed out waiting for %%s; seen %%s" %% (what, sorted(set(seen))))
+
+wait_for("worker-online", lambda: ("worker-online", node) in seen, timeout=60)
 ok = add.delay(2, 2)
 bad = fail.delay("nope")
+again = app.signature("it_ev.retry_once").delay()
+rejected = app.signature("it_ev.reject").delay()
+later = add.apply_async((1, 1), countdown=60)
 assert ok.get(timeout=20) == 4
 try:
     bad.get(timeout=20)
+    raise SystemExit("no exception")
 except ValueError:
     pass
-deadline = time.time() + 15
-def done():
+assert again.get(timeout=20) == 1
+wait_for("task-received of the countdown task", lambda: ("task-received", later.id) in seen)
+app.control.revoke(later.id)
+try:
+    later.get(timeout=20)
+    raise SystemExit("revoked task ran")
+except Exception as e:
+    assert type(e).__name__ == "TaskRevokedError", repr(e)
+
+for typ, key in [("worker-heartbeat", node),
+                 ("task-received", ok.id), ("task-started", ok.id), ("task-succeeded", ok.id),
+                 ("task-failed", bad.id), ("task-retried", again.id), ("task-succeeded", again.id),
+                 ("task-rejected", rejected.id), ("task-revoked", later.id)]:
+    wait_for(typ + " " + key, lambda: (typ, key) in seen)
+# (A task-rejected after task-started leaves State at STARTED: REJECTED
+# ranks below STARTED in Celery's precedence, for Python workers as well.)
+wait_for("State", lambda: state.tasks.get(ok.id) is not None and state.tasks[ok.id].state == "SUCCESS"
+         and state.tasks.get(bad.id) is not None and state.tasks[bad.id].state == "FAILURE"
+         and state.tasks.get(again.id) is not None and state.tasks[again.id].state == "SUCCESS"
+         and state.tasks.get(later.id) is not None and state.tasks[later.id].state == "REVOKED")
+with lock:
     w = state.workers.get(node)
-    a, b = state.tasks.get(ok.id), state.tasks.get(bad.id)
-    hb = "worker-heartbeat" in seen or "worker-online" in seen
-    return hb and w is not None and w.alive and a is not None and a.state == "SUCCESS" and b is not None and b.state == "FAILURE"
-while time.time() < deadline and not done():
-    time.sleep(0.2)
+    assert w is not None and w.alive, list(state.workers)
+    a = state.tasks[ok.id]
+    assert a.name == "tasks.add" and a.result == "4" and a.worker.hostname == node, (a.name, a.result)
+    assert "ValueError" in state.tasks[bad.id].exception, state.tasks[bad.id].exception
+
+# worker-offline: Celery's State marks the worker gone.
+app.control.shutdown(destination=[node])
+wait_for("worker-offline", lambda: ("worker-offline", node) in seen)
+with lock:
+    assert not state.workers[node].alive
 stop.set()
-assert done(), (sorted(set(seen)), {k: v.state for k, v in state.tasks.items()}, list(state.workers))
-assert "worker-heartbeat" in seen or "worker-online" in seen, sorted(set(seen))
-for typ in ("task-received", "task-started", "task-succeeded", "task-failed"):
-    assert typ in seen, (typ, sorted(set(seen)))
-a = state.tasks[ok.id]
-assert a.name == "tasks.add" and a.result == "4" and a.worker.hostname == node, (a.name, a.result)
 print("OK")
-`, node))
+`, node)
+		ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+		defer cancel()
+		env := map[string]string{"IT_BROKER": pyBrokerURL(bc.broker), "IT_BACKEND": bc.backend, "IT_QUEUE": q}
+		cmd := exec.CommandContext(ctx, pythonBin(t), "-c", "import time, datetime\nfrom celery import signature\nfrom it_worker_app import *\n"+script)
+		cmd.Env = pyEnv(env)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		lines := bufio.NewScanner(stdout)
+		var out []string
+		for lines.Scan() && lines.Text() != "LISTENING" {
+			out = append(out, lines.Text())
+		}
+		gw := startGoWorker(t, bc, q, worker.Config{Concurrency: 2, Hostname: node, SendTaskEvents: true}, func(mux *worker.Mux) {
+			mux.HandleFunc("it_ev.retry_once", func(ctx context.Context, task *worker.Task) (any, error) {
+				if task.Retries == 0 {
+					return nil, retry.Now(errors.New("first attempt fails"))
+				}
+				return task.Retries, nil
+			})
+			mux.HandleFunc("it_ev.reject", func(ctx context.Context, task *worker.Task) (any, error) {
+				return nil, worker.Reject(errors.New("not for us"), false)
+			})
+		})
+		for lines.Scan() {
+			out = append(out, lines.Text())
+		}
+		if err := cmd.Wait(); err != nil || len(out) == 0 || out[len(out)-1] != "OK" {
+			t.Fatalf("python checks failed: %v\nstdout:\n%s\nstderr:\n%s", err, strings.Join(out, "\n"), stderr.String())
+		}
+		select {
+		case err := <-gw.done:
+			gw.cancel()
+			gw.cancel = nil
+			if err != nil {
+				t.Errorf("worker.Run after remote shutdown: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("the worker did not stop after the remote shutdown")
+		}
 	})
 }
 
@@ -345,9 +430,18 @@ print("OK")
 }
 
 // TestWorkerRPCBackend: a Python client with the rpc:// backend gets
-// results and exceptions from a celeriac worker over RabbitMQ.
+// results and exceptions from a celeriac worker, over RabbitMQ and over
+// Redis (kombu's virtual default exchange).
 func TestWorkerRPCBackend(t *testing.T) {
-	bc := brokerCase{name: "rabbitmq-rpc", broker: amqpURL(t), backend: "rpc://"}
+	for _, bc := range []brokerCase{
+		{name: "rabbitmq", broker: amqpURL(t), backend: "rpc://"},
+		{name: "redis", broker: redisDBURL(t, workerRedisDB), backend: "rpc://"},
+	} {
+		t.Run(bc.name, func(t *testing.T) { testRPCBackend(t, bc) })
+	}
+}
+
+func testRPCBackend(t *testing.T, bc brokerCase) {
 	q := uniqueQueue(t, bc)
 	startGoWorker(t, bc, q, worker.Config{Concurrency: 2}, nil)
 	pyClient(t, bc, q, `

@@ -352,3 +352,72 @@ print("OK")
 `)
 	})
 }
+
+// idsTask returns the ids a task ran with, and its args, so that a Python
+// client can check what a chain step or group member was sent with.
+func idsTask(mux *worker.Mux) {
+	mux.HandleFunc("it_cv.ids", func(ctx context.Context, task *worker.Task) (any, error) {
+		return map[string]any{"id": task.ID, "parent_id": task.ParentID, "root_id": task.RootID,
+			"group_id": task.GroupID, "args": task.Args}, nil
+	})
+}
+
+// TestWorkerPythonCanvasDetails: the ids Celery sets on chain steps and
+// group members, group_id and parent_id in the result meta, and a chord's
+// failure reaching the body's errback, with a Python client on both
+// brokers.
+func TestWorkerPythonCanvasDetails(t *testing.T) {
+	eachBroker(t, func(t *testing.T, bc brokerCase) {
+		q := uniqueQueue(t, bc)
+		startGoWorker(t, bc, q, worker.Config{Concurrency: 4}, idsTask)
+		pyClient(t, bc, q, `
+ids = app.signature("it_cv.ids")
+tsum = app.signature("tasks.tsum")
+# Chain: each step gets the previous result first, its pre-assigned id,
+# parent_id = the previous step and root_id = the first step, as a Python
+# worker sets them.
+c = chain(ids.clone(), ids.clone(), ids.clone())()
+last = c.get(timeout=30)
+second, first = c.parent, c.parent.parent
+assert last["id"] == c.id and last["parent_id"] == second.id and last["root_id"] == first.id, (last, c.id, second.id, first.id)
+mid = last["args"][0]
+assert mid["id"] == second.id and mid["parent_id"] == first.id and mid["root_id"] == first.id, mid
+assert mid["args"][0]["id"] == first.id and mid["args"][0]["root_id"] == first.id, mid
+assert app.backend.get_task_meta(c.id).get("parent_id") == second.id, app.backend.get_task_meta(c.id)
+assert app.backend.get_task_meta(second.id).get("parent_id") == first.id
+# Group: every member knows its group, in the message and in the result meta.
+g = group(ids.clone(args=(i,)) for i in range(5))()
+got = g.get(timeout=30)
+assert [r["args"] for r in got] == [[i] for i in range(5)], got
+for child, r in zip(g.results, got):
+    assert r["group_id"] == g.id and r["id"] == child.id, (r, g.id)
+    assert app.backend.get_task_meta(child.id).get("group_id") == g.id, app.backend.get_task_meta(child.id)
+# A chord whose header fails: the body's errback gets the body's id, as
+# Celery's chord_error_from_stack sends it.
+bad = chord([add.s(1, 1), fail.s("x")], tsum.clone().on_error(echo.s()))()
+try:
+    bad.get(timeout=30)
+    raise SystemExit("chord with a failing header succeeded")
+except ValueError:
+    pass
+deadline = time.time() + 20
+errback_ok = False
+while time.time() < deadline and not errback_ok:
+    for k in app.backend.client.keys("celery-task-meta-*"):
+        m = app.backend.get_task_meta(k.decode()[len("celery-task-meta-"):])
+        if m.get("status") == "SUCCESS" and isinstance(m.get("result"), dict) and m["result"].get("args") == [bad.id]:
+            errback_ok = True
+            break
+    time.sleep(0.2)
+assert errback_ok, "the chord body's errback did not run with the body's id"
+# msgpack tasks, json results: the result follows result_serializer, not
+# the task's serializer (the Redis backend stores no content type).
+app.conf.task_serializer = "msgpack"
+r = echo.delay(1, "two", [3.5, None], k={"x": True})
+assert r.get(timeout=30) == {"args": [1, "two", [3.5, None]], "kwargs": {"k": {"x": True}}}, r.result
+raw = app.backend.client.get(app.backend.get_key_for_task(r.id))
+assert raw.startswith(b"{"), raw[:40]
+print("OK")
+`)
+	})
+}
