@@ -127,6 +127,15 @@ func (w *Worker) execute(p *pending) {
 		w.terminated(sctx, r)
 		return
 	}
+	if err != nil && !r.acked && errors.Is(err, ErrShutdown) {
+		// A shutdown, not the task, ended the run: an unacknowledged
+		// message goes back to the broker to run again elsewhere, rather
+		// than being recorded as failed and dead-lettered.
+		r.logAt(zap.WarnLevel, "task interrupted by the shutdown; returning it to the broker", zap.Error(err))
+		w.cfg.Observer.TaskFinished(m.Name, OutcomeRejected, runtime)
+		w.settle(sctx, r, settleRequeue)
+		return
+	}
 	w.finish(sctx, r, result, err, runtime)
 }
 

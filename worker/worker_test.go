@@ -402,6 +402,55 @@ func TestGracefulShutdownFinishesRunningAndReturnsTheRest(t *testing.T) {
 	}
 }
 
+// TestColdShutdownReturnsInterruptedTasks: a cold shutdown cancels the
+// running tasks; the acks_late ones go back to the broker (not FAILURE, not
+// dead-lettered), the early-acked ones are recorded as failed, and the
+// unstarted ones go back too.
+func TestColdShutdownReturnsInterruptedTasks(t *testing.T) {
+	h := newHarness(t, worker.Config{Concurrency: 2, PrefetchMultiplier: 4, ShutdownTimeout: time.Minute})
+	started := make(chan string, 100)
+	block := func(ctx context.Context, t *worker.Task) (any, error) {
+		started <- t.Name
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	h.mux.HandleFunc("tasks.late", block, worker.AcksLate(true))
+	h.mux.HandleFunc("tasks.early", block)
+	h.start()
+	late := h.send("tasks.late", nil, nil)
+	early := h.send("tasks.early", nil, nil)
+	const unstarted = 5
+	for i := 0; i < unstarted; i++ {
+		h.send("tasks.late", nil, nil)
+	}
+	<-started
+	<-started
+	stopped := make(chan error, 1)
+	go func() { stopped <- h.stop() }()
+	time.Sleep(50 * time.Millisecond) // the warm shutdown has begun and waits
+	h.w.Close()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("cold shutdown did not end the run")
+	}
+	if n, _ := h.tr.Len(context.Background(), "q"); n != unstarted+1 {
+		t.Fatalf("%d messages on the broker, want %d (the unstarted ones and the interrupted acks_late one)", n, unstarted+1)
+	}
+	if m, err := h.be.Get(context.Background(), late); err == nil && m.Status != protocol.StatePending {
+		t.Fatalf("interrupted acks_late task recorded %s; it should run again", m.Status)
+	}
+	if m, _ := h.be.Get(context.Background(), early); m == nil || m.Status != protocol.StateFailure {
+		t.Fatalf("interrupted early-acked task: %+v, want FAILURE", m)
+	}
+	if dead, _ := h.tr.DeadLetters(context.Background(), "q", 0); len(dead) != 0 {
+		t.Fatalf("%d dead letters after a cold shutdown, want none", len(dead))
+	}
+}
+
 func TestRunTwice(t *testing.T) {
 	h := newHarness(t, worker.Config{})
 	h.mux.HandleFunc("tasks.add", add)
