@@ -157,8 +157,18 @@ func TestWorkerSIGTERMFinishesRunningLeavesTheRest(t *testing.T) {
 	eachBroker(t, func(t *testing.T, bc brokerCase) {
 		q := uniqueQueue(t, bc)
 		const total = 10
+		const held = 3 // ETA tasks the worker holds when the signal comes
 		p := startWorkerProc(t, bc, "-Q", q, "-c", "2", "--track-started", "-n", "sigterm-"+q+"@%h")
 		out := pyClient(t, bc, q, fmt.Sprintf(`
+# Held for an hour: back on the broker after the shutdown. Expired on
+# arrival: not run, REVOKED, and acknowledged (so not back on the broker).
+for _ in range(%d):
+    add.apply_async((1, 1), countdown=3600)
+exp = add.apply_async((1, 1), expires=datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=5))
+deadline = time.time() + 20
+while exp.state != "REVOKED" and time.time() < deadline:
+    time.sleep(0.05)
+assert exp.state == "REVOKED", exp.state
 ids = [sleep.delay(2).id for _ in range(%d)]
 deadline = time.time() + 20
 started = []
@@ -170,7 +180,7 @@ while time.time() < deadline:
 assert len(started) == 2, started
 print("IDS", " ".join(ids))
 print("OK")
-`, total))
+`, held, total))
 		var ids []string
 		for _, line := range strings.Split(out, "\n") {
 			if strings.HasPrefix(line, "IDS ") {
@@ -200,9 +210,78 @@ print("OK")
 			}
 		}
 		left := readyMessages(t, bc, q)
-		t.Logf("after SIGTERM: %d succeeded, %d back on the broker, of %d", succeeded, left, total)
-		if succeeded != 2 || left != total-2 {
-			t.Fatalf("succeeded %d, left on the broker %d; want 2 and %d\n%s", succeeded, left, total-2, p.Log())
+		t.Logf("after SIGTERM: %d succeeded, %d back on the broker, of %d and %d held for their ETA", succeeded, left, total, held)
+		if succeeded != 2 || left != total-2+held {
+			t.Fatalf("succeeded %d, left on the broker %d; want 2 and %d\n%s", succeeded, left, total-2+held, p.Log())
+		}
+	})
+}
+
+// TestWorkerColdShutdown: a second signal during the warm shutdown of
+// `celeriac worker` cancels the running acks_late tasks at once, and their
+// messages go back to the broker with the unstarted ones: nothing is
+// recorded as failed or dead-lettered.
+func TestWorkerColdShutdown(t *testing.T) {
+	eachBroker(t, func(t *testing.T, bc brokerCase) {
+		q := uniqueQueue(t, bc)
+		const total = 6
+		p := startWorkerProc(t, bc, "-Q", q, "-c", "2", "--acks-late", "--track-started", "-n", "cold-"+q+"@%h")
+		out := pyClient(t, bc, q, fmt.Sprintf(`
+ids = [sleep.delay(60).id for _ in range(%d)]
+deadline = time.time() + 20
+started = []
+while time.time() < deadline:
+    started = [i for i in ids if app.AsyncResult(i).state == "STARTED"]
+    if len(started) == 2:
+        break
+    time.sleep(0.05)
+assert len(started) == 2, started
+print("IDS", " ".join(started))
+print("OK")
+`, total))
+		var started []string
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "IDS ") {
+				started = strings.Fields(strings.TrimPrefix(line, "IDS "))
+			}
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // the warm shutdown waits for the 60 s tasks
+		select {
+		case <-p.done:
+			t.Fatalf("worker exited before the second signal:\n%s", p.Log())
+		default:
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("worker did not exit after the second signal:\n%s", p.Log())
+		}
+		if p.err != nil {
+			t.Fatalf("worker exit: %v\n%s", p.err, p.Log())
+		}
+		if !strings.Contains(p.Log(), "cold shutdown requested") {
+			t.Fatalf("no cold shutdown in the log:\n%s", p.Log())
+		}
+		conn, err := connect.Open(context.Background(), connect.Options{BrokerURL: "memory://", ResultBackend: bc.backend})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		for _, id := range started {
+			if m, err := conn.Backend.Get(context.Background(), id); err == nil && m.Status != "STARTED" {
+				t.Errorf("interrupted task %s recorded %s; it should stay STARTED and run again", id, m.Status)
+			}
+		}
+		left := readyMessages(t, bc, q)
+		t.Logf("after a cold shutdown: %d of %d back on the broker", left, total)
+		if left != total {
+			t.Fatalf("%d messages back on the broker, want all %d\n%s", left, total, p.Log())
 		}
 	})
 }
