@@ -8,7 +8,7 @@
 // is retried with backoff, a countdown — and prints what comes back. Set
 // CELERY_BROKER_URL (redis://... or amqp://...) and CELERY_RESULT_BACKEND
 // (redis://...) to run the same demo against real brokers, next to Python
-// Celery if you like.
+// Celery if you like; CELERY_QUEUE names the queue (default celery).
 package main
 
 import (
@@ -84,10 +84,14 @@ func demo(ctx context.Context) ([]row, error) {
 	}
 	defer cleanup()
 
+	queue := os.Getenv("CELERY_QUEUE")
+	if queue == "" {
+		queue = "celery" // Celery's default queue
+	}
 	mux := worker.NewMux()
 	demotasks.Register(mux)
 	w, err := worker.New(tr, mux, worker.Config{
-		Queues:      []string{"celery"},
+		Queues:      []string{queue},
 		Concurrency: 4,
 		Backend:     be,
 		Logger:      log,
@@ -101,7 +105,7 @@ func demo(ctx context.Context) ([]row, error) {
 	go func() { done <- w.Run(runCtx) }()
 
 	// The producer side: what Python's send_task / apply_async would send.
-	p := worker.NewProducer(tr, worker.ProducerConfig{})
+	p := worker.NewProducer(tr, worker.ProducerConfig{DefaultQueue: queue})
 	type job struct {
 		label string
 		id    string
