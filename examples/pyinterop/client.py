@@ -10,6 +10,8 @@ import os
 from celery import Celery, chain, chord, group
 
 app = Celery("client", broker=os.environ["CELERY_BROKER_URL"], backend=os.environ["CELERY_RESULT_BACKEND"])
+# The queue the Go worker consumes (its CELERY_QUEUE; Celery's default is celery).
+app.conf.task_default_queue = os.environ.get("CELERY_QUEUE", "celery")
 
 
 # Declarations only: the bodies run in Go. (send_task("tasks.add", ...) works too.)
