@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -189,6 +190,103 @@ func TestControlRevokeHeldETATask(t *testing.T) {
 	}
 	if n, _ := h.tr.Len(context.Background(), "q"); n != 0 {
 		eventually(t, "revoked redelivery consumed", func() bool { n, _ := h.tr.Len(context.Background(), "q"); return n == 0 })
+	}
+	// Consumed without running: had it run, SUCCESS would have replaced
+	// REVOKED.
+	eventually(t, "no task active", func() bool { a, _ := c.call("active", nil).([]any); return len(a) == 0 })
+	if m, err := h.be.Get(context.Background(), id); err != nil || m.Status != protocol.StateRevoked {
+		t.Fatalf("revoked task that arrived again: %+v, %v; want REVOKED", m, err)
+	}
+}
+
+// TestControlReserved: inspect reserved lists the prefetched tasks that
+// wait for a slot, and not the running one.
+func TestControlReserved(t *testing.T) {
+	h := newHarness(t, worker.Config{Hostname: "w3@test", Concurrency: 1, ShutdownTimeout: 100 * time.Millisecond})
+	h.mux.HandleFunc("tasks.add", add)
+	h.mux.HandleFunc("tasks.sleep", func(ctx context.Context, t *worker.Task) (any, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	h.start()
+	c := newControlClient(t, h)
+	running := h.send("tasks.sleep", nil, nil)
+	waiting := []string{h.send("tasks.add", []any{int64(1), int64(2)}, nil), h.send("tasks.add", []any{int64(3), int64(4)}, nil)}
+	var reserved []any
+	eventually(t, "two tasks reserved", func() bool {
+		reserved, _ = c.call("reserved", nil).([]any)
+		return len(reserved) == 2
+	})
+	for i, r := range reserved {
+		info := r.(map[string]any)
+		if info["id"] != waiting[i] || info["name"] != "tasks.add" || info["acknowledged"] != false {
+			t.Errorf("reserved[%d] = %v, want %s unacknowledged", i, info, waiting[i])
+		}
+	}
+	active, _ := c.call("active", nil).([]any)
+	if len(active) != 1 || active[0].(map[string]any)["id"] != running {
+		t.Fatalf("active = %v, want only %s", active, running)
+	}
+}
+
+// TestControlEnableEventsAtRunTime: enable_events makes a running worker
+// send task events, disable_events stops them, as with celery control.
+func TestControlEnableEventsAtRunTime(t *testing.T) {
+	h := newHarness(t, worker.Config{Hostname: "w4@test"})
+	h.mux.HandleFunc("tasks.add", add)
+	sub, err := h.tr.Subscribe(context.Background(), transport.Broadcast{Exchange: "celeryev", ExchangeType: transport.Topic, BindingKey: "task.#"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	h.start()
+	c := newControlClient(t, h)
+	taskEvents := func(wait time.Duration, id string) []string {
+		var types []string
+		deadline := time.After(wait)
+		for {
+			select {
+			case d := <-sub.Deliveries():
+				v, err := protocol.Unmarshal(d.Message.ContentType, d.Message.Body, protocol.DecodeOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				evs, ok := v.([]any)
+				if !ok {
+					evs = []any{v}
+				}
+				for _, e := range evs {
+					if m := e.(map[string]any); m["uuid"] == id {
+						types = append(types, m["type"].(string))
+						if m["type"] == "task-succeeded" {
+							return types
+						}
+					}
+				}
+			case <-deadline:
+				return types
+			}
+		}
+	}
+	quiet := h.send("tasks.add", []any{int64(1), int64(1)}, nil)
+	h.wait(quiet)
+	if got := taskEvents(300*time.Millisecond, quiet); len(got) != 0 {
+		t.Fatalf("task events before enable_events: %v", got)
+	}
+	if got := c.call("enable_events", nil).(map[string]any); got["ok"] != "task events enabled" {
+		t.Fatalf("enable_events = %v", got)
+	}
+	loud := h.send("tasks.add", []any{int64(2), int64(2)}, nil)
+	if got := taskEvents(10*time.Second, loud); !slices.Contains(got, "task-received") || !slices.Contains(got, "task-succeeded") {
+		t.Fatalf("task events after enable_events: %v", got)
+	}
+	if got := c.call("disable_events", nil).(map[string]any); got["ok"] != "task events disabled" {
+		t.Fatalf("disable_events = %v", got)
+	}
+	again := h.send("tasks.add", []any{int64(3), int64(3)}, nil)
+	h.wait(again)
+	if got := taskEvents(300*time.Millisecond, again); len(got) != 0 {
+		t.Fatalf("task events after disable_events: %v", got)
 	}
 }
 
