@@ -3,16 +3,23 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"go.uber.org/zap/zaptest"
+
 	membackend "github.com/celeriac/celeriac/backend/memory"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/retry"
 	"github.com/celeriac/celeriac/transport"
+	"github.com/celeriac/celeriac/transport/memory"
+	"github.com/celeriac/celeriac/transport/transporttest"
 	"github.com/celeriac/celeriac/worker"
 )
 
@@ -256,6 +263,154 @@ func TestExplicitRetryThenSuccess(t *testing.T) {
 	}
 	if n, _ := h.tr.Len(context.Background(), "q"); n != 0 {
 		t.Fatalf("%d messages left", n)
+	}
+}
+
+// TestRetryMessageKeepsTheTask: the message a retry publishes is the same
+// task — id, name, args, kwargs, routing, priority, time limits, expiry,
+// callbacks, errbacks, chain, custom headers — with retries + 1, an eta, and
+// the parent/root ids Celery sets (parent = the task itself).
+func TestRetryMessageKeepsTheTask(t *testing.T) {
+	h := newHarness(t, worker.Config{Queues: []string{"q", "other"}})
+	var (
+		mu    sync.Mutex
+		seen  []*protocol.TaskMessage
+		queue []string
+	)
+	h.mux.HandleFunc("tasks.once", func(ctx context.Context, t *worker.Task) (any, error) {
+		mu.Lock()
+		seen = append(seen, t.Message)
+		queue = append(queue, t.DeliveryInfo.Queue)
+		mu.Unlock()
+		if t.Retries == 0 {
+			return nil, retry.After(10*time.Millisecond, errBoom)
+		}
+		return "ok", nil
+	}, worker.AcksLate(true))
+	h.mux.HandleFunc("tasks.cb", add)
+	h.start()
+	cb := protocol.Signature{Task: "tasks.cb", Args: []any{int64(1)}, Options: map[string]any{}}
+	eb := protocol.Signature{Task: "tasks.eb", Options: map[string]any{}}
+	id := h.send("tasks.once", []any{int64(7), "x", []any{1.5, nil}}, map[string]any{"k": map[string]any{"n": true}},
+		worker.ToQueue("other"), worker.Priority(3), worker.TimeLimits(time.Hour, 30*time.Minute),
+		worker.ExpiresIn(time.Hour), worker.Link(cb), worker.LinkError(eb),
+		worker.Headers(map[string]any{"tenant": "acme"}), worker.Parent("parent-1", "root-1"))
+	if m := h.wait(id); m.Status != protocol.StateSuccess {
+		t.Fatalf("got %s %v", m.Status, m.Result)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 {
+		t.Fatalf("%d attempts, want 2", len(seen))
+	}
+	first, second := seen[0], seen[1]
+	if queue[1] != "other" {
+		t.Errorf("retry delivered from %q, want the original queue other", queue[1])
+	}
+	if second.Retries != 1 || second.ETA.IsZero() || second.ETA.Before(time.Now().Add(-time.Minute)) {
+		t.Errorf("retry: retries %d eta %v, want 1 and a fresh eta", second.Retries, second.ETA)
+	}
+	if second.ParentID != id || second.RootID != "root-1" {
+		t.Errorf("retry ids: parent %q root %q, want %q and root-1", second.ParentID, second.RootID, id)
+	}
+	// Everything else is the same task.
+	ignore := cmpopts.IgnoreFields(protocol.TaskMessage{}, "Retries", "ETA", "ParentID", "Origin", "ArgsRepr", "KwargsRepr",
+		"Expiration") // the AMQP TTL left until expires, recomputed at each publish
+	if diff := cmp.Diff(first, second, ignore, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("the retry message differs from the original (-first +retry):\n%s", diff)
+	}
+	if first.Priority != 3 || first.TimeLimit != time.Hour || first.Headers["tenant"] != "acme" || len(first.Embed.Callbacks) != 1 {
+		t.Errorf("the original lacks what the test sent: %+v", first)
+	}
+}
+
+// TestRetryPublishFailureRequeuesTheOriginal: when the broker refuses the
+// retry message, the original (acks_late, unacknowledged) goes back to the
+// queue instead of being acked: the retry is not lost, and it is tried
+// again with the same retry count.
+func TestRetryPublishFailureRequeuesTheOriginal(t *testing.T) {
+	tr := memory.New(memory.Config{})
+	defer tr.Close()
+	be := membackend.New()
+	defer be.Close()
+	ft := transporttest.NewFaulty(tr)
+	var refused atomic.Int32
+	ft.SetFault(transporttest.OpPublish, func(c transporttest.Call) error {
+		// Only the first retry of the task; events and replies pass.
+		if c.Publishing.RoutingKey == "q" && refused.Load() == 0 {
+			refused.Add(1)
+			return errors.New("broker refused the message")
+		}
+		return nil
+	})
+	var (
+		mu       sync.Mutex
+		attempts []int
+	)
+	mux := worker.NewMux()
+	mux.HandleFunc("tasks.flaky", func(ctx context.Context, t *worker.Task) (any, error) {
+		mu.Lock()
+		attempts = append(attempts, t.Retries)
+		mu.Unlock()
+		if t.Retries == 0 {
+			return nil, retry.Now(errBoom)
+		}
+		return "ok", nil
+	}, worker.AcksLate(true))
+	w, err := worker.New(ft, mux, worker.Config{Queues: []string{"q"}, Backend: be, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	id, err := worker.NewProducer(tr, worker.ProducerConfig{DefaultQueue: "q"}).SendTask(context.Background(), "tasks.flaky", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	m, err := be.Wait(wctx, id)
+	if err != nil || m.Status != protocol.StateSuccess {
+		t.Fatalf("result %+v, %v; want SUCCESS", m, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if refused.Load() != 1 || !slices.Equal(attempts, []int{0, 0, 1}) {
+		t.Fatalf("refused %d, attempts (retries seen) %v; want 1 and [0 0 1]: the refused retry's original ran again", refused.Load(), attempts)
+	}
+}
+
+// TestHandlerReject: worker.Reject(err, false) dead-letters the message
+// (Celery's Reject(requeue=False)); Reject(err, true) puts it back on the
+// queue, where it runs again.
+func TestHandlerReject(t *testing.T) {
+	h := newHarness(t, worker.Config{})
+	var runs atomic.Int32
+	h.mux.HandleFunc("tasks.refuse", func(ctx context.Context, t *worker.Task) (any, error) {
+		return nil, worker.Reject(errors.New("not for us"), false)
+	}, worker.AcksLate(true))
+	h.mux.HandleFunc("tasks.later", func(ctx context.Context, t *worker.Task) (any, error) {
+		if runs.Add(1) == 1 {
+			return nil, worker.Reject(errors.New("not yet"), true)
+		}
+		return "ran", nil
+	}, worker.AcksLate(true))
+	h.start()
+	refused := h.send("tasks.refuse", nil, nil)
+	dead := waitDead(t, h, "q", 1)
+	if dead[0].Reason.TaskID != refused {
+		t.Fatalf("dead letter %+v, want task %s", dead[0].Reason, refused)
+	}
+	later := h.send("tasks.later", nil, nil)
+	if m := h.wait(later); m.Status != protocol.StateSuccess || m.Result != "ran" || runs.Load() != 2 {
+		t.Fatalf("requeued task: %s %v after %d runs, want SUCCESS after 2", m.Status, m.Result, runs.Load())
 	}
 }
 
