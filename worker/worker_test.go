@@ -649,9 +649,35 @@ func TestHeldTaskExpiringBeforeItsETAIsRevokedAtExpiry(t *testing.T) {
 	}
 }
 
+// waitRecorder is an Observer that counts waits by task and reason.
+type waitRecorder struct {
+	mu    sync.Mutex
+	waits map[string]int // "task reason"
+}
+
+func (r *waitRecorder) TaskReceived(string) {}
+func (r *waitRecorder) TaskWaiting(name, reason string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.waits == nil {
+		r.waits = map[string]int{}
+	}
+	r.waits[name+" "+reason]++
+}
+func (r *waitRecorder) TaskStarted(string)                                 {}
+func (r *waitRecorder) TaskFinished(string, worker.Outcome, time.Duration) {}
+func (r *waitRecorder) MessageRejected(string)                             {}
+
+func (r *waitRecorder) count(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.waits[key]
+}
+
 func TestGlobalRateLimitSpacesStartsWithoutHoldingSlots(t *testing.T) {
 	limiter := membackend.NewRateLimiter()
-	h := newHarness(t, worker.Config{Concurrency: 4, GlobalRateLimiter: limiter})
+	obs := &waitRecorder{}
+	h := newHarness(t, worker.Config{Concurrency: 4, GlobalRateLimiter: limiter, Observer: obs})
 	var mu sync.Mutex
 	var starts []time.Time
 	h.mux.HandleFunc("sms.send", func(ctx context.Context, t *worker.Task) (any, error) {
@@ -679,6 +705,11 @@ func TestGlobalRateLimitSpacesStartsWithoutHoldingSlots(t *testing.T) {
 	// 10 starts at 20/s with a burst of 1 take at least 9 intervals of 50ms.
 	if span := starts[len(starts)-1].Sub(starts[0]); span < 9*50*time.Millisecond-20*time.Millisecond {
 		t.Fatalf("10 starts spanned %v, want >= ~450ms at 20/s", span)
+	}
+	// The waits are observable (celeriac_task_waits_total{reason="global-rate-limit"}):
+	// with a burst of 1, at least 9 of the 10 waited for a token.
+	if n := obs.count("sms.send " + worker.WaitGlobalRate); n < 9 {
+		t.Fatalf("%d global rate-limit waits observed, want at least 9", n)
 	}
 }
 
