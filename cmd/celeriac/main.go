@@ -1,7 +1,8 @@
 // Command celeriac is celeriac's command line: a worker for the example
 // tasks, and the tools a Celery user reaches for — send (celery call),
 // inspect, control and status (against Python and Go workers alike), dlq
-// (list and replay dead letters) and purge.
+// (list and replay dead letters), purge, and bench (celeriac against Python
+// Celery and a bare consume loop on the same brokers).
 //
 // Configuration comes from flags, then the environment (CELERY_BROKER_URL,
 // CELERY_RESULT_BACKEND), then a JSON file of Celery settings (--config).
