@@ -341,7 +341,7 @@ func startJobWorker(t *testing.T, broker, queueOrderStrategy string, cfg worker.
 	t.Helper()
 	ctx := context.Background()
 	conn, err := connect.Open(ctx, connect.Options{BrokerURL: broker, QueueOrderStrategy: queueOrderStrategy,
-		ConnectionName: "it_rl"})
+		PerQueuePrefetch: cfg.QueueOrder != worker.QueueOrderArrival, ConnectionName: "it_rl"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,6 +453,64 @@ func TestQueueOrderStrict(t *testing.T) {
 				}
 				if tc.order == worker.QueueOrderStrict && overtaken > prefetch {
 					t.Errorf("%d low tasks started after the high one was published, over the prefetch bound %d", overtaken, prefetch)
+				}
+			})
+		}
+	}
+}
+
+// TestQueueOrderUnderBacklog: with a backlog on both queues, strict order
+// runs only high tasks while high has work, and weighted order (high=3,
+// low=1) runs three high tasks for every low one, on both brokers: what the
+// worker holds follows what it takes (per-queue prefetch), so the broker's
+// refill order does not even the queues out.
+func TestQueueOrderUnderBacklog(t *testing.T) {
+	pythonBin(t)
+	for _, bc := range rlBrokers(t) {
+		for _, order := range []worker.QueueOrder{worker.QueueOrderStrict, worker.QueueOrderWeighted} {
+			t.Run(fmt.Sprintf("%s/%s", bc.name, order), func(t *testing.T) {
+				high, low := rlName("high"), rlName("low")
+				t.Cleanup(func() {
+					deleteQueue(t, bc, high)
+					deleteQueue(t, bc, low)
+					cleanRLRedis(t)
+				})
+				runPython(t, 2*time.Minute, map[string]string{"IT_BROKER": bc.broker},
+					fmt.Sprintf("import it_rl; it_rl.fill([%q, %q], 300)", high, low))
+				strategy := ""
+				if order == worker.QueueOrderStrict {
+					strategy = "priority"
+				}
+				rec := startJobWorker(t, bc.broker, strategy, worker.Config{
+					Queues: []string{high, low}, QueueOrder: order, QueueWeights: map[string]int{high: 3, low: 1},
+					Concurrency: 1, PrefetchMultiplier: 8,
+				}, 2*time.Millisecond)
+				starts := rec.waitFor(t, "200 starts", func(s []jobStart) bool { return len(s) >= 200 })[:200]
+				var perWindow []int // high tasks in each 40 starts
+				total := 0
+				for w := 0; w < 200; w += 40 {
+					n := 0
+					for _, s := range starts[w : w+40] {
+						if s.label == high {
+							n++
+						}
+					}
+					perWindow = append(perWindow, n)
+					total += n
+				}
+				t.Logf("%s, %s order: high tasks in each 40 of the first 200 starts: %v", bc.name, order, perWindow)
+				switch order {
+				case worker.QueueOrderStrict:
+					if total != 200 {
+						t.Errorf("strict order ran %d low tasks while high had a backlog: %v", 200-total, perWindow)
+					}
+				case worker.QueueOrderWeighted:
+					for _, n := range perWindow {
+						if n < 26 || n > 34 {
+							t.Errorf("weighted order 3:1 ran %d high of 40 in a window, want about 30: %v", n, perWindow)
+							break
+						}
+					}
 				}
 			})
 		}

@@ -37,8 +37,8 @@ func (w *Worker) decideRetry(r *run, err error) retry.Decision {
 	return d
 }
 
-// retryTask publishes the retry as Celery's Task.retry does — same id,
-// retries+1, an eta, everything else carried over — then records RETRY and
+// retryTask records RETRY, then publishes the retry as Celery's Task.retry
+// does — same id, retries+1, an eta, everything else carried over — and
 // settles the original. The original (acks_late) is acknowledged only after
 // the broker confirmed the new message, so a crash in between leaves a
 // duplicate at worst, never a loss.
@@ -77,18 +77,10 @@ func (w *Worker) retryTask(ctx context.Context, r *run, d retry.Decision) {
 	if ct == "" {
 		ct = protocol.ContentTypeJSON
 	}
-	if err := w.producer.publish(ctx, &next, dest, ct, m.Compression); err != nil {
-		r.logAt(zap.ErrorLevel, "publishing the retry failed", zap.Error(err))
-		if !r.acked {
-			// The original is still ours: give it back rather than lose it.
-			w.settle(ctx, r, settleRequeue)
-			return
-		}
-		w.fail(ctx, r, errors.Join(d.Err, err), "retry-publish-failed")
-		return
-	}
-	w.retried.Add(1)
-	w.cfg.Observer.TaskFinished(m.Name, OutcomeRetried, r.runtime)
+	// RETRY is stored and task-retried sent before the new message exists:
+	// once published, it can run and succeed at once (here or on another
+	// worker), and a RETRY after its SUCCESS would leave monitors (Celery's
+	// State, Flower) showing the task as retrying for good.
 	var ex *protocol.ExceptionInfo
 	var tb string
 	if d.Err != nil {
@@ -102,11 +94,6 @@ func (w *Worker) retryTask(ctx context.Context, r *run, d retry.Decision) {
 		}
 		w.store(ctx, r, protocol.StateRetry, result, tb, []any{protocol.ChildTuple(m.ID)})
 	}
-	fields := []zap.Field{zap.Int("next_retries", next.Retries), zap.Duration("countdown", d.Countdown), zap.String("reason", d.Reason.String())}
-	if d.Err != nil {
-		fields = append(fields, zap.Error(d.Err))
-	}
-	r.logAt(zap.InfoLevel, "task retry scheduled", fields...)
 	evExc, evTb := "", ""
 	if ex != nil {
 		evExc, evTb = excRepr(ex), tb
@@ -114,6 +101,23 @@ func (w *Worker) retryTask(ctx context.Context, r *run, d retry.Decision) {
 	if w.events.taskOn() {
 		w.events.task("task-retried", map[string]any{"uuid": m.ID, "exception": evExc, "traceback": evTb})
 	}
+	if err := w.producer.publish(ctx, &next, dest, ct, m.Compression); err != nil {
+		r.logAt(zap.ErrorLevel, "publishing the retry failed", zap.Error(err))
+		if !r.acked {
+			// The original is still ours: give it back rather than lose it.
+			w.settle(ctx, r, settleRequeue)
+			return
+		}
+		w.fail(ctx, r, errors.Join(d.Err, err), "retry-publish-failed")
+		return
+	}
+	w.retried.Add(1)
+	w.cfg.Observer.TaskFinished(m.Name, OutcomeRetried, r.runtime)
+	fields := []zap.Field{zap.Int("next_retries", next.Retries), zap.Duration("countdown", d.Countdown), zap.String("reason", d.Reason.String())}
+	if d.Err != nil {
+		fields = append(fields, zap.Error(d.Err))
+	}
+	r.logAt(zap.InfoLevel, "task retry scheduled", fields...)
 	w.settle(ctx, r, settleAck)
 }
 

@@ -158,6 +158,12 @@ func TestWorkerSettings(t *testing.T) {
 				c.ShutdownTimeout = 5 * time.Second
 				c.QueueOrder = worker.QueueOrderStrict
 			}, defaults},
+		{"queue weights", []string{"-Q", "high,low", "--queue-order", "weighted", "--queue-weights", "high=3, low=1"},
+			func(c *worker.Config) {
+				c.Queues = []string{"high", "low"}
+				c.QueueOrder = worker.QueueOrderWeighted
+				c.QueueWeights = map[string]int{"high": 3, "low": 1}
+			}, defaults},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, _, err := parseWorker(t, tc.args...)
@@ -188,6 +194,28 @@ func TestWorkerSettings(t *testing.T) {
 	}
 	if o.VisibilityTimeout != time.Minute || o.GlobalKeyPrefix != "other:" {
 		t.Errorf("flags did not win over broker_transport_options: %+v", o)
+	}
+}
+
+// TestQueueWeightsErrors: bad --queue-weights are usage errors that say
+// what is wrong.
+func TestQueueWeightsErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--queue-weights", "high=3"}, "--queue-weights needs --queue-order weighted"},
+		{[]string{"--queue-order", "weighted", "--queue-weights", "high"}, `"high": want NAME=N`},
+		{[]string{"--queue-order", "weighted", "--queue-weights", "high=0"}, `"high=0": want NAME=N`},
+		{[]string{"--queue-order", "weighted", "--queue-weights", "=2"}, `"=2": want NAME=N`},
+		{[]string{"--queue-order", "weighted", "--queue-weights", "high=x"}, `"high=x": want NAME=N`},
+		{[]string{"--queue-order", "weighted", "--queue-weights", ","}, "names no queue"},
+	} {
+		_, _, err := parseWorker(t, tc.args...)
+		var ue usageError
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !asUsage(err, &ue) {
+			t.Errorf("%v: err = %v, want a usage error with %q", tc.args, err, tc.want)
+		}
 	}
 }
 

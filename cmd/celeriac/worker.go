@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -52,6 +53,7 @@ type workerFlags struct {
 	withoutGossip      bool
 	withoutMingle      bool
 	queueOrder         string
+	queueWeights       string
 	acksLate           bool
 	timeLimit          float64
 	softTimeLimit      float64
@@ -114,6 +116,7 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.withoutGossip, "without-gossip", false, "accepted for Celery compatibility (celeriac does not gossip)")
 	fl.BoolVar(&f.withoutMingle, "without-mingle", false, "accepted for Celery compatibility (celeriac does not mingle)")
 	fl.StringVar(&f.queueOrder, "queue-order", "", `how a free slot picks a queue: "" (arrival order, as Celery), strict (first -Q queue with work), weighted`)
+	fl.StringVar(&f.queueWeights, "queue-weights", "", "weights of --queue-order weighted: NAME=N,... (high=3,low=1; default 1 each)")
 	fl.BoolVar(&f.acksLate, "acks-late", false, "acknowledge after the task ran (task_acks_late)")
 	fl.Float64Var(&f.timeLimit, "time-limit", 0, "hard time limit in seconds (task_time_limit)")
 	fl.Float64Var(&f.softTimeLimit, "soft-time-limit", 0, "soft time limit in seconds (task_soft_time_limit)")
@@ -164,6 +167,16 @@ func workerSetup(fl *pflag.FlagSet, g *globalFlags, f *workerFlags) (worker.Conf
 		}
 	} else {
 		cfg.Queues = file.TaskQueues
+	}
+	if set("queue-weights") {
+		if cfg.QueueOrder != worker.QueueOrderWeighted {
+			return cfg, connect.Options{}, usagef("--queue-weights needs --queue-order weighted")
+		}
+		w, err := parseQueueWeights(f.queueWeights)
+		if err != nil {
+			return cfg, connect.Options{}, usageError{err}
+		}
+		cfg.QueueWeights = w
 	}
 	cfg.Concurrency = pick(set("concurrency"), f.concurrency, file.WorkerConcurrency)
 	if cfg.Concurrency < 0 {
@@ -225,7 +238,33 @@ func workerSetup(fl *pflag.FlagSet, g *globalFlags, f *workerFlags) (worker.Conf
 	if cfg.QueueOrder == worker.QueueOrderStrict && o.QueueOrderStrategy == "" {
 		o.QueueOrderStrategy = "priority" // Redis pops in -Q order too
 	}
+	// What the worker holds must follow what it takes, or the broker's
+	// refill order decides (see connect.Options.PerQueuePrefetch).
+	o.PerQueuePrefetch = cfg.QueueOrder == worker.QueueOrderStrict || cfg.QueueOrder == worker.QueueOrderWeighted
 	return cfg, o, nil
+}
+
+// parseQueueWeights reads --queue-weights: NAME=N pairs, comma-separated,
+// each N a whole number of at least 1.
+func parseQueueWeights(spec string) (map[string]int, error) {
+	w := map[string]int{}
+	for _, part := range strings.Split(spec, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, n, ok := strings.Cut(part, "=")
+		name = strings.TrimSpace(name)
+		v, err := strconv.Atoi(strings.TrimSpace(n))
+		if !ok || name == "" || err != nil || v < 1 {
+			return nil, fmt.Errorf("--queue-weights %q: want NAME=N with N a whole number >= 1, as in high=3,low=1", part)
+		}
+		w[name] = v
+	}
+	if len(w) == 0 {
+		return nil, fmt.Errorf("--queue-weights names no queue")
+	}
+	return w, nil
 }
 
 // pick returns the flag's value when it was given, else the file's setting

@@ -10,12 +10,24 @@ import (
 )
 
 // TestConformance runs the transport conformance suite on db 10, under a
-// global key prefix of its own.
+// global key prefix of its own, with the prefetch shared by the queues
+// (kombu's) and per queue.
 func TestConformance(t *testing.T) {
+	for _, perQueue := range []bool{false, true} {
+		name := "shared-prefetch"
+		if perQueue {
+			name = "per-queue-prefetch"
+		}
+		t.Run(name, func(t *testing.T) { conformance(t, perQueue) })
+	}
+}
+
+func conformance(t *testing.T, perQueue bool) {
 	e := newEnv(t)
 	transporttest.Run(t, func(tb testing.TB) transport.Transport {
 		cfg := e.config()
 		cfg.Logger = nil
+		cfg.PerQueuePrefetch = perQueue
 		tr, err := Dial(context.Background(), cfg)
 		if err != nil {
 			tb.Fatalf("Dial: %v", err)
@@ -25,6 +37,7 @@ func TestConformance(t *testing.T) {
 		QueuePrefix:      "rt_",
 		Priority:         transporttest.PriorityLowerFirstBands,
 		ExtraProperties:  true,
+		PerQueuePrefetch: perQueue,
 		DeadLetterReason: true,
 		Topics:           transporttest.TopicPrefix,
 		Quiet:            300 * time.Millisecond,

@@ -44,6 +44,7 @@ func (t *Transport) Consume(ctx context.Context, queues []transport.Queue, opts 
 		t:        t,
 		out:      make(chan *transport.Delivery),
 		prefetch: opts.Prefetch,
+		byQueue:  map[string]int{},
 		wake:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
@@ -98,7 +99,10 @@ type consumer struct {
 	order       []string // queue names in the cycle order
 	prefetch    int
 	outstanding int
-	err         error
+	// byQueue counts the outstanding messages of each queue, with
+	// Config.PerQueuePrefetch.
+	byQueue map[string]int
+	err     error
 }
 
 func (c *consumer) addQueue(q transport.Queue) {
@@ -202,26 +206,61 @@ func (c *consumer) Err() error {
 	return c.err
 }
 
-// free returns how many messages may be popped now.
-func (c *consumer) free() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.t.cfg.BatchSize
-	if c.prefetch > 0 {
-		n = min(n, c.prefetch-c.outstanding)
-	}
-	return n
+// quota is one pop: up to n messages from queues.
+type quota struct {
+	queues []string
+	n      int
 }
 
-func (c *consumer) acquire(n int) {
+// quotas plans the next pops: one over every queue within the shared free
+// prefetch, or with Config.PerQueuePrefetch one per queue with room, in
+// consume order.
+func (c *consumer) quotas() []quota {
 	c.mu.Lock()
-	c.outstanding += n
+	defer c.mu.Unlock()
+	if len(c.order) == 0 {
+		return nil
+	}
+	n := c.t.cfg.BatchSize
+	if !c.t.cfg.PerQueuePrefetch {
+		if c.prefetch > 0 {
+			n = min(n, c.prefetch-c.outstanding)
+		}
+		if n <= 0 {
+			return nil
+		}
+		return []quota{{queues: slices.Clone(c.order), n: n}}
+	}
+	var qs []quota
+	for _, q := range c.order {
+		m := n
+		if c.prefetch > 0 {
+			m = min(m, c.prefetch-c.byQueue[q])
+		}
+		if m > 0 {
+			qs = append(qs, quota{queues: []string{q}, n: m})
+		}
+	}
+	return qs
+}
+
+func (c *consumer) acquire(msgs []popped) {
+	c.mu.Lock()
+	c.outstanding += len(msgs)
+	if c.t.cfg.PerQueuePrefetch {
+		for i := range msgs {
+			c.byQueue[msgs[i].queue]++
+		}
+	}
 	c.mu.Unlock()
 }
 
-func (c *consumer) release() {
+func (c *consumer) release(queue string) {
 	c.mu.Lock()
 	c.outstanding--
+	if c.t.cfg.PerQueuePrefetch {
+		c.byQueue[queue]--
+	}
 	c.mu.Unlock()
 	c.signal()
 }
@@ -281,11 +320,8 @@ func (c *consumer) run() {
 			return
 		default:
 		}
-		n := c.free()
-		c.mu.Lock()
-		order := slices.Clone(c.order)
-		c.mu.Unlock()
-		if n <= 0 || len(order) == 0 {
+		qs := c.quotas()
+		if len(qs) == 0 {
 			select {
 			case <-c.wake:
 			case <-c.stop:
@@ -296,14 +332,38 @@ func (c *consumer) run() {
 		var msgs []popped
 		var err error
 		if !exhausted {
-			msgs, err = c.t.popBatch(order, n)
-			// Fewer than asked for: every list was empty when the script
-			// ran, so the next step is to wait (BLMOVE answers at once if a
-			// message came meanwhile), not another pop that would find
-			// nothing and cost an idle consumer a script call per message.
-			exhausted = err == nil && len(msgs) < n
+			// Fewer than asked for from every pop: every list was empty
+			// when the script ran, so the next step is to wait (BLMOVE
+			// answers at once if a message came meanwhile), not another
+			// pop that would find nothing and cost an idle consumer a
+			// script call per message.
+			exhausted = true
+			for _, q := range qs {
+				var m []popped
+				if m, err = c.t.popBatch(q.queues, q.n); err != nil {
+					break
+				}
+				msgs = append(msgs, m...)
+				exhausted = exhausted && len(m) < q.n
+			}
+			if err != nil && len(msgs) > 0 {
+				// Earlier pops of this round are recorded in unacked:
+				// hold them now (the error comes back on the next pop).
+				err, exhausted = nil, false
+			}
+			exhausted = exhausted && err == nil
 		}
 		if err == nil && len(msgs) == 0 {
+			// Wait on all the queues with room, for as many messages as
+			// the smallest room allows.
+			order, n := qs[0].queues, qs[0].n
+			if len(qs) > 1 {
+				order = nil
+				for _, q := range qs {
+					order = append(order, q.queues...)
+					n = min(n, q.n)
+				}
+			}
 			exhausted = false
 			if c.t.rpopCount {
 				msgs, err = c.t.awaitPop(order, n)
@@ -331,7 +391,7 @@ func (c *consumer) run() {
 		if len(msgs) == 0 {
 			continue
 		}
-		c.acquire(len(msgs))
+		c.acquire(msgs)
 		hs := make([]*held, 0, len(msgs))
 		var cancelled []*held
 		for i := range msgs {
@@ -657,7 +717,7 @@ func (h *held) settle() bool {
 	delete(h.t.held, h)
 	h.t.mu.Unlock()
 	if h.c != nil {
-		h.c.release()
+		h.c.release(h.queue)
 	}
 	return true
 }

@@ -90,6 +90,10 @@ type Features struct {
 	// ExtraProperties: Properties.Extra survives the broker (the kombu Redis
 	// envelope keeps any property; AMQP has a fixed property set).
 	ExtraProperties bool
+	// PerQueuePrefetch: the prefetch bounds each consumed queue on its own
+	// (RabbitMQ per-consumer QoS, the Redis adapter's PerQueuePrefetch)
+	// rather than all the consumer's queues together.
+	PerQueuePrefetch bool
 
 	// DeadLetterQueueArguments returns the arguments of a queue whose
 	// dead-lettered messages the transport keeps (RabbitMQ: a dead-letter

@@ -120,7 +120,9 @@ func testPrefetchUnlimited(t *testing.T, e *env) {
 }
 
 // testPrefetchAcrossQueues: the bound is per consumer, not per queue
-// (Celery's one channel with global QoS on RabbitMQ).
+// (Celery's one channel with global QoS on RabbitMQ), or with
+// Features.PerQueuePrefetch per queue, a settled message being replaced
+// from its own queue.
 func testPrefetchAcrossQueues(t *testing.T, e *env) {
 	tr := e.transport()
 	q1, q2 := e.queue(), e.queue()
@@ -130,6 +132,38 @@ func testPrefetchAcrossQueues(t *testing.T, e *env) {
 	e.waitLen(tr, q1, 3)
 	e.waitLen(tr, q2, 3)
 	c := e.consume(tr, 2, transport.Queue{Name: q1}, transport.Queue{Name: q2})
+	if e.f.PerQueuePrefetch {
+		held := e.recvN(c, 4)
+		e.none(c, "prefetch 2 per queue and 2 unsettled from each")
+		from := map[string]int{}
+		for _, d := range held {
+			from[d.Queue]++
+		}
+		if from[q1] != 2 || from[q2] != 2 {
+			t.Fatalf("held per queue %v, want 2 from each", from)
+		}
+		// Settling a q2 message makes room in q2 only.
+		var next *transport.Delivery
+		for i, d := range held {
+			if d.Queue == q2 {
+				e.ack(d)
+				held = append(held[:i], held[i+1:]...)
+				break
+			}
+		}
+		if next = e.recv(c); next.Queue != q2 {
+			t.Fatalf("after settling a %s message the next came from %s", q2, next.Queue)
+		}
+		e.none(c, "q2 full again")
+		for _, d := range append(held, next) {
+			e.ack(d)
+		}
+		for _, d := range e.recvN(c, 1) { // the last of q1
+			e.ack(d)
+		}
+		e.none(c, "all 6 messages consumed")
+		return
+	}
 	held := e.recvN(c, 2)
 	e.none(c, "prefetch 2 over two queues and 2 unsettled")
 	got := len(held)

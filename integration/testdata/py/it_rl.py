@@ -69,3 +69,14 @@ def adds_and_results(queue, n, timeout):
                     "date_done": r.date_done.isoformat() if r.date_done else None})
     app.close()
     json.dump(out, sys.stdout, default=str)
+
+
+def fill(queues, n):
+    """Queues n it_rl.job(queue, i) on each of queues, alternating."""
+    app = make_app()
+    with app.producer_or_acquire() as producer:
+        for i in range(n):
+            for q in queues:
+                app.send_task("it_rl.job", args=[q, i], queue=q, producer=producer)
+    app.close()
+    json.dump({"sent": n * len(queues)}, sys.stdout)
