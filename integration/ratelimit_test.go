@@ -517,6 +517,34 @@ func TestQueueOrderUnderBacklog(t *testing.T) {
 	}
 }
 
+// TestQueueOrderWithHeldETATasks: with per-queue prefetch windows (strict
+// order), tasks held for their ETA still raise the window, so the tasks
+// queued behind more ETA tasks than the prefetch run, on both brokers.
+func TestQueueOrderWithHeldETATasks(t *testing.T) {
+	pythonBin(t)
+	for _, bc := range rlBrokers(t) {
+		t.Run(bc.name, func(t *testing.T) {
+			high, low := rlName("high"), rlName("low")
+			t.Cleanup(func() {
+				deleteQueue(t, bc, high)
+				deleteQueue(t, bc, low)
+				cleanRLRedis(t)
+			})
+			runPython(t, 2*time.Minute, map[string]string{"IT_BROKER": bc.broker},
+				fmt.Sprintf("import it_rl; it_rl.eta_then_jobs(%q, 50, 20)", high))
+			rec := startJobWorker(t, bc.broker, "priority", worker.Config{
+				Queues: []string{high, low}, QueueOrder: worker.QueueOrderStrict, Concurrency: 1, PrefetchMultiplier: 4,
+			}, time.Millisecond)
+			starts := rec.waitFor(t, "the 20 tasks behind 50 held ETA tasks", func(s []jobStart) bool { return len(s) >= 20 })
+			for _, s := range starts {
+				if s.label != "now" {
+					t.Fatalf("an ETA task due in an hour ran: %+v", s)
+				}
+			}
+		})
+	}
+}
+
 // TestMessagePriority: Python's apply_async(priority=p) to a RabbitMQ queue
 // declared with x-max-priority, and to Redis (kombu's bands), runs in
 // priority order on a worker with prefetch 1.

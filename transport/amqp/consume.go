@@ -44,6 +44,7 @@ func (t *Transport) Consume(ctx context.Context, queues []transport.Queue, opts 
 		id:       t.seq.Add(1),
 		out:      make(chan *transport.Delivery),
 		prefetch: clampPrefetch(opts.Prefetch),
+		window:   clampPrefetch(opts.Prefetch),
 		done:     make(chan struct{}),
 	}
 	c.log = t.s.log.With(zap.Uint64("consumer", c.id))
@@ -131,9 +132,12 @@ type consumer struct {
 	mu       sync.Mutex
 	queues   []*queueState
 	prefetch int
-	cs       *chanSession
-	err      error
-	stopped  bool
+	// window is the per-consumer basic.qos in force with per-consumer
+	// QoS: the prefetch, grown and shrunk geometrically (see nextWindow).
+	window  int
+	cs      *chanSession
+	err     error
+	stopped bool
 
 	cancel   context.CancelFunc // stops the loop
 	stopping <-chan struct{}    // closed when the loop is told to stop
@@ -213,6 +217,9 @@ func (c *consumer) establish(sess *session) (*chanSession, error) {
 	}
 	c.mu.Lock()
 	global := c.global()
+	if !global {
+		prefetch = c.window
+	}
 	c.mu.Unlock()
 	cs := &chanSession{
 		c:        c,
@@ -552,13 +559,15 @@ func (c *consumer) Stop(ctx context.Context) error {
 }
 
 // SetPrefetch implements transport.Consumer with a new basic.qos. With
-// per-consumer QoS (quorum queues) RabbitMQ applies a new prefetch only to
-// consumers started after it, so every queue is consumed again (basic.cancel
-// then basic.consume; deliveries already received stay valid). The new
-// window then counts only deliveries made after the call: those held from
-// before are outside it until settled, so the number unacknowledged can
-// exceed n by the number held at the call. During an outage the value is
-// applied on reconnection.
+// per-consumer QoS (quorum queues, per-queue prefetch) RabbitMQ applies a
+// new prefetch only to consumers started after it, so every queue is
+// consumed again (basic.cancel then basic.consume; deliveries already
+// received stay valid). The new window then counts only deliveries made
+// after the call: those held from before are outside it until settled, so
+// the number unacknowledged can exceed n by the number held at the call.
+// To keep that rare, the per-consumer window moves in geometric steps
+// (nextWindow): at least n, up to twice what was asked. During an outage
+// the value is applied on reconnection.
 func (c *consumer) SetPrefetch(n int) error {
 	if n < 0 {
 		return fmt.Errorf("amqp: negative prefetch %d", n)
@@ -573,6 +582,20 @@ func (c *consumer) SetPrefetch(n int) error {
 	}
 	c.prefetch = n
 	cs := c.cs
+	if cs != nil && !cs.global {
+		// Each change costs a re-consume, and each re-consume opens a new
+		// window beside the deliveries still held: changing it for every
+		// held ETA task would let the unacknowledged count grow by about
+		// a window per change. Geometric steps bound it to a few windows.
+		w := nextWindow(c.window, n)
+		if w == c.window {
+			c.mu.Unlock()
+			return nil
+		}
+		c.window, n = w, w
+	} else {
+		c.window = n
+	}
 	c.mu.Unlock()
 	if cs == nil || cs.isDead() {
 		return nil
@@ -604,6 +627,23 @@ func (c *consumer) SetPrefetch(n int) error {
 		}
 	}
 	return nil
+}
+
+// nextWindow is the per-consumer window to apply for prefetch n when w is
+// in force: at least n, doubling when it must grow, and back to n only when
+// n has fallen to a quarter of w, so that a prefetch moving one by one
+// (Celery's one more per held ETA task) changes the window, and costs a
+// re-consume, a logarithmic number of times. Zero is unlimited.
+func nextWindow(w, n int) int {
+	switch {
+	case n == 0 || w == 0:
+		return n
+	case n > w:
+		return clampPrefetch(max(n, min(2*w, maxPrefetch)))
+	case n*4 <= w:
+		return n
+	}
+	return w
 }
 
 // AddQueue implements transport.Consumer. Adding a queue already consumed

@@ -80,3 +80,16 @@ def fill(queues, n):
                 app.send_task("it_rl.job", args=[q, i], queue=q, producer=producer)
     app.close()
     json.dump({"sent": n * len(queues)}, sys.stdout)
+
+
+def eta_then_jobs(queue, n_eta, n):
+    """Queues n_eta it_rl.job('eta', i) due in an hour, then n
+    it_rl.job('now', i), on queue."""
+    app = make_app()
+    with app.producer_or_acquire() as producer:
+        for i in range(n_eta):
+            app.send_task("it_rl.job", args=["eta", i], queue=queue, countdown=3600, producer=producer)
+        for i in range(n):
+            app.send_task("it_rl.job", args=["now", i], queue=queue, producer=producer)
+    app.close()
+    json.dump({"sent": n_eta + n}, sys.stdout)
