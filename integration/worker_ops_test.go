@@ -105,6 +105,49 @@ func startWorkerProc(t *testing.T, bc brokerCase, args ...string) *workerProc {
 	return p
 }
 
+// signalAndWait sends sig and waits up to timeout for a clean exit.
+func (p *workerProc) signalAndWait(t *testing.T, sig os.Signal, timeout time.Duration) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("worker did not exit after %v:\n%s", sig, p.Log())
+	}
+	if p.err != nil {
+		t.Fatalf("worker exit after %v: %v\n%s", sig, p.err, p.Log())
+	}
+}
+
+// outputIDs returns the task ids a Python client printed on its "IDS" line.
+func outputIDs(out string) []string {
+	for _, line := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(line, "IDS "); ok {
+			return strings.Fields(rest)
+		}
+	}
+	return nil
+}
+
+// resultStates reads the stored state of each task that has one.
+func resultStates(t *testing.T, bc brokerCase, ids []string) map[string]string {
+	t.Helper()
+	conn, err := connect.Open(context.Background(), connect.Options{BrokerURL: "memory://", ResultBackend: bc.backend})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	states := map[string]string{}
+	for _, id := range ids {
+		if m, err := conn.Backend.Get(context.Background(), id); err == nil {
+			states[id] = string(m.Status)
+		}
+	}
+	return states
+}
+
 func (p *workerProc) Log() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -170,42 +213,15 @@ while exp.state != "REVOKED" and time.time() < deadline:
     time.sleep(0.05)
 assert exp.state == "REVOKED", exp.state
 ids = [sleep.delay(2).id for _ in range(%d)]
-deadline = time.time() + 20
-started = []
-while time.time() < deadline:
-    started = [i for i in ids if app.AsyncResult(i).state == "STARTED"]
-    if len(started) == 2:
-        break
-    time.sleep(0.05)
-assert len(started) == 2, started
+wait_started(ids, 2)
 print("IDS", " ".join(ids))
 print("OK")
 `, held, total))
-		var ids []string
-		for _, line := range strings.Split(out, "\n") {
-			if strings.HasPrefix(line, "IDS ") {
-				ids = strings.Fields(strings.TrimPrefix(line, "IDS "))
-			}
-		}
-		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-p.done:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("worker did not exit after SIGTERM:\n%s", p.Log())
-		}
-		if p.err != nil {
-			t.Fatalf("worker exit: %v\n%s", p.err, p.Log())
-		}
-		conn, err := connect.Open(context.Background(), connect.Options{BrokerURL: "memory://", ResultBackend: bc.backend})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
+		ids := outputIDs(out)
+		p.signalAndWait(t, syscall.SIGTERM, 30*time.Second)
 		succeeded := 0
-		for _, id := range ids {
-			if m, err := conn.Backend.Get(context.Background(), id); err == nil && m.Status == "SUCCESS" {
+		for _, st := range resultStates(t, bc, ids) {
+			if st == "SUCCESS" {
 				succeeded++
 			}
 		}
@@ -228,23 +244,10 @@ func TestWorkerColdShutdown(t *testing.T) {
 		p := startWorkerProc(t, bc, "-Q", q, "-c", "2", "--acks-late", "--track-started", "-n", "cold-"+q+"@%h")
 		out := pyClient(t, bc, q, fmt.Sprintf(`
 ids = [sleep.delay(60).id for _ in range(%d)]
-deadline = time.time() + 20
-started = []
-while time.time() < deadline:
-    started = [i for i in ids if app.AsyncResult(i).state == "STARTED"]
-    if len(started) == 2:
-        break
-    time.sleep(0.05)
-assert len(started) == 2, started
-print("IDS", " ".join(started))
+print("IDS", " ".join(wait_started(ids, 2)))
 print("OK")
 `, total))
-		var started []string
-		for _, line := range strings.Split(out, "\n") {
-			if strings.HasPrefix(line, "IDS ") {
-				started = strings.Fields(strings.TrimPrefix(line, "IDS "))
-			}
-		}
+		started := outputIDs(out)
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
@@ -254,28 +257,13 @@ print("OK")
 			t.Fatalf("worker exited before the second signal:\n%s", p.Log())
 		default:
 		}
-		if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-p.done:
-		case <-time.After(20 * time.Second):
-			t.Fatalf("worker did not exit after the second signal:\n%s", p.Log())
-		}
-		if p.err != nil {
-			t.Fatalf("worker exit: %v\n%s", p.err, p.Log())
-		}
+		p.signalAndWait(t, syscall.SIGINT, 20*time.Second)
 		if !strings.Contains(p.Log(), "cold shutdown requested") {
 			t.Fatalf("no cold shutdown in the log:\n%s", p.Log())
 		}
-		conn, err := connect.Open(context.Background(), connect.Options{BrokerURL: "memory://", ResultBackend: bc.backend})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		for _, id := range started {
-			if m, err := conn.Backend.Get(context.Background(), id); err == nil && m.Status != "STARTED" {
-				t.Errorf("interrupted task %s recorded %s; it should stay STARTED and run again", id, m.Status)
+		for id, st := range resultStates(t, bc, started) {
+			if st != "STARTED" {
+				t.Errorf("interrupted task %s recorded %s; it should stay STARTED and run again", id, st)
 			}
 		}
 		left := readyMessages(t, bc, q)
@@ -431,9 +419,8 @@ print("OK")
 `, node)
 		ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 		defer cancel()
-		env := map[string]string{"IT_BROKER": pyBrokerURL(bc.broker), "IT_BACKEND": bc.backend, "IT_QUEUE": q}
-		cmd := exec.CommandContext(ctx, pythonBin(t), "-c", "import time, datetime\nfrom celery import signature\nfrom it_worker_app import *\n"+script)
-		cmd.Env = pyEnv(env)
+		cmd := exec.CommandContext(ctx, pythonBin(t), "-c", pyClientPrelude+script)
+		cmd.Env = pyEnv(pyClientEnv(bc, q))
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		stdout, err := cmd.StdoutPipe()

@@ -247,16 +247,8 @@ func TestControlEnableEventsAtRunTime(t *testing.T) {
 		for {
 			select {
 			case d := <-sub.Deliveries():
-				v, err := protocol.Unmarshal(d.Message.ContentType, d.Message.Body, protocol.DecodeOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				evs, ok := v.([]any)
-				if !ok {
-					evs = []any{v}
-				}
-				for _, e := range evs {
-					if m := e.(map[string]any); m["uuid"] == id {
+				for _, m := range decodeEvents(t, d) {
+					if m["uuid"] == id {
 						types = append(types, m["type"].(string))
 						if m["type"] == "task-succeeded" {
 							return types
@@ -336,18 +328,7 @@ func TestEventsHeartbeatAndTaskEvents(t *testing.T) {
 	for seen["worker-heartbeat"] == nil || seen["task-succeeded"] == nil {
 		select {
 		case d := <-sub.Deliveries():
-			v, err := protocol.Unmarshal(d.Message.ContentType, d.Message.Body, protocol.DecodeOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var evs []any
-			if list, ok := v.([]any); ok {
-				evs = list
-			} else {
-				evs = []any{v}
-			}
-			for _, e := range evs {
-				m := e.(map[string]any)
+			for _, m := range decodeEvents(t, d) {
 				seen[m["type"].(string)] = m
 			}
 		case <-deadline:
@@ -365,6 +346,29 @@ func TestEventsHeartbeatAndTaskEvents(t *testing.T) {
 	if hb := seen["worker-heartbeat"]; hb["freq"] != 0.05 || hb["sw_ident"] != "celeriac" {
 		t.Errorf("heartbeat = %v", hb)
 	}
+}
+
+// decodeEvents decodes an event message: one event, or a list of them
+// (Celery's grouped events).
+func decodeEvents(t *testing.T, d *transport.Delivery) []map[string]any {
+	t.Helper()
+	v, err := protocol.Unmarshal(d.Message.ContentType, d.Message.Body, protocol.DecodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, ok := v.([]any)
+	if !ok {
+		evs = []any{v}
+	}
+	out := make([]map[string]any, 0, len(evs))
+	for _, e := range evs {
+		m, ok := e.(map[string]any)
+		if !ok {
+			t.Fatalf("event %v is not a map", e)
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 func keys(m map[string]map[string]any) []string {

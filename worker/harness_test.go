@@ -10,6 +10,7 @@ import (
 
 	membackend "github.com/celeriac/celeriac/backend/memory"
 	"github.com/celeriac/celeriac/protocol"
+	"github.com/celeriac/celeriac/transport"
 	"github.com/celeriac/celeriac/transport/memory"
 	"github.com/celeriac/celeriac/worker"
 )
@@ -23,6 +24,9 @@ type harness struct {
 	w    *worker.Worker
 	prod *worker.Producer
 	cfg  worker.Config
+	// wrap, when set before start, wraps the transport the worker uses
+	// (a transporttest.Faulty, say); the producer still publishes to tr.
+	wrap func(transport.Transport) transport.Transport
 
 	cancel context.CancelFunc
 	done   chan error
@@ -53,7 +57,11 @@ func newHarness(t testing.TB, cfg worker.Config) *harness {
 // start creates and runs the worker.
 func (h *harness) start() {
 	h.t.Helper()
-	w, err := worker.New(h.tr, h.mux, h.cfg)
+	var tr transport.Transport = h.tr
+	if h.wrap != nil {
+		tr = h.wrap(tr)
+	}
+	w, err := worker.New(tr, h.mux, h.cfg)
 	if err != nil {
 		h.t.Fatalf("worker.New: %v", err)
 	}
@@ -78,6 +86,14 @@ func (h *harness) stop() error {
 		h.t.Fatalf("worker did not stop")
 		return nil
 	}
+}
+
+// stopAsync begins the graceful shutdown and returns where Run's error
+// will arrive, so that a test can act while the worker shuts down.
+func (h *harness) stopAsync() <-chan error {
+	stopped := make(chan error, 1)
+	go func() { stopped <- h.stop() }()
+	return stopped
 }
 
 func (h *harness) send(name string, args []any, kwargs map[string]any, opts ...worker.SendOption) string {

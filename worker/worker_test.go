@@ -12,13 +12,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"go.uber.org/zap/zaptest"
 
 	membackend "github.com/celeriac/celeriac/backend/memory"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/retry"
 	"github.com/celeriac/celeriac/transport"
-	"github.com/celeriac/celeriac/transport/memory"
 	"github.com/celeriac/celeriac/transport/transporttest"
 	"github.com/celeriac/celeriac/worker"
 )
@@ -329,26 +327,25 @@ func TestRetryMessageKeepsTheTask(t *testing.T) {
 // queue instead of being acked: the retry is not lost, and it is tried
 // again with the same retry count.
 func TestRetryPublishFailureRequeuesTheOriginal(t *testing.T) {
-	tr := memory.New(memory.Config{})
-	defer tr.Close()
-	be := membackend.New()
-	defer be.Close()
-	ft := transporttest.NewFaulty(tr)
+	h := newHarness(t, worker.Config{})
 	var refused atomic.Int32
-	ft.SetFault(transporttest.OpPublish, func(c transporttest.Call) error {
-		// Only the first retry of the task; events and replies pass.
-		if c.Publishing.RoutingKey == "q" && refused.Load() == 0 {
-			refused.Add(1)
-			return errors.New("broker refused the message")
-		}
-		return nil
-	})
+	h.wrap = func(tr transport.Transport) transport.Transport {
+		ft := transporttest.NewFaulty(tr)
+		ft.SetFault(transporttest.OpPublish, func(c transporttest.Call) error {
+			// Only the first retry of the task; events and replies pass.
+			if c.Publishing.RoutingKey == "q" && refused.Load() == 0 {
+				refused.Add(1)
+				return errors.New("broker refused the message")
+			}
+			return nil
+		})
+		return ft
+	}
 	var (
 		mu       sync.Mutex
 		attempts []int
 	)
-	mux := worker.NewMux()
-	mux.HandleFunc("tasks.flaky", func(ctx context.Context, t *worker.Task) (any, error) {
+	h.mux.HandleFunc("tasks.flaky", func(ctx context.Context, t *worker.Task) (any, error) {
 		mu.Lock()
 		attempts = append(attempts, t.Retries)
 		mu.Unlock()
@@ -357,28 +354,9 @@ func TestRetryPublishFailureRequeuesTheOriginal(t *testing.T) {
 		}
 		return "ok", nil
 	}, worker.AcksLate(true))
-	w, err := worker.New(ft, mux, worker.Config{Queues: []string{"q"}, Backend: be, Logger: zaptest.NewLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	id, err := worker.NewProducer(tr, worker.ProducerConfig{DefaultQueue: "q"}).SendTask(context.Background(), "tasks.flaky", nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer wcancel()
-	m, err := be.Wait(wctx, id)
-	if err != nil || m.Status != protocol.StateSuccess {
-		t.Fatalf("result %+v, %v; want SUCCESS", m, err)
+	h.start()
+	if m := h.wait(h.send("tasks.flaky", nil, nil)); m.Status != protocol.StateSuccess {
+		t.Fatalf("result %s %v; want SUCCESS", m.Status, m.Result)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -543,8 +521,7 @@ func TestGracefulShutdownFinishesRunningAndReturnsTheRest(t *testing.T) {
 	}
 	<-started
 	<-started
-	stopped := make(chan error, 1)
-	go func() { stopped <- h.stop() }()
+	stopped := h.stopAsync()
 	// The two running tasks finish after the shutdown began.
 	time.Sleep(50 * time.Millisecond)
 	close(release)
@@ -580,8 +557,7 @@ func TestColdShutdownReturnsInterruptedTasks(t *testing.T) {
 	}
 	<-started
 	<-started
-	stopped := make(chan error, 1)
-	go func() { stopped <- h.stop() }()
+	stopped := h.stopAsync()
 	time.Sleep(50 * time.Millisecond) // the warm shutdown has begun and waits
 	h.w.Close()
 	select {

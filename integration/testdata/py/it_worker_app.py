@@ -12,6 +12,7 @@ Environment:
   IT_PREFIX   kombu global_keyprefix on Redis (optional)
 """
 import os
+import time
 
 from celery import Celery
 
@@ -45,3 +46,29 @@ panic = _stub("tasks.panic")
 tsum = _stub("tasks.tsum")
 record = _stub("tasks.record")
 nope = _stub("tasks.nope")
+
+
+def wait_started(ids, n, timeout=20):
+    """Waits until n of the tasks are STARTED (track_started) and returns
+    their ids."""
+    deadline = time.time() + timeout
+    started = []
+    while time.time() < deadline:
+        started = [i for i in ids if app.AsyncResult(i).state == "STARTED"]
+        if len(started) == n:
+            return started
+        time.sleep(0.05)
+    raise AssertionError("%d of %d tasks started: %s" % (len(started), n, started))
+
+
+def wait_errback_called_with(arg, timeout=20):
+    """Waits for a tasks.echo errback run with [arg] as its args (Celery
+    sends an errback the failed task's id) and fails if none comes."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for k in app.backend.client.keys("celery-task-meta-*"):
+            m = app.backend.get_task_meta(k.decode()[len("celery-task-meta-"):])
+            if m.get("status") == "SUCCESS" and isinstance(m.get("result"), dict) and m["result"].get("args") == [arg]:
+                return
+        time.sleep(0.2)
+    raise AssertionError("no errback ran with %r" % (arg,))
