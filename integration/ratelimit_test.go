@@ -341,7 +341,7 @@ func startJobWorker(t *testing.T, broker, queueOrderStrategy string, cfg worker.
 	t.Helper()
 	ctx := context.Background()
 	conn, err := connect.Open(ctx, connect.Options{BrokerURL: broker, QueueOrderStrategy: queueOrderStrategy,
-		PerQueuePrefetch: cfg.QueueOrder != worker.QueueOrderArrival, ConnectionName: "it_rl"})
+		ConnectionName: "it_rl"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,6 +389,18 @@ func startJobWorker(t *testing.T, broker, queueOrderStrategy string, cfg worker.
 	return rec
 }
 
+// highLowQueues names a high and a low queue for a queue-order test and
+// removes them (and what the workers left in db 6) when it ends.
+func highLowQueues(t *testing.T, bc brokerCase) (high, low string) {
+	high, low = rlName("high"), rlName("low")
+	t.Cleanup(func() {
+		deleteQueue(t, bc, high)
+		deleteQueue(t, bc, low)
+		cleanRLRedis(t)
+	})
+	return high, low
+}
+
 // TestQueueOrderStrict: a worker consuming -Q high,low with concurrency 1
 // is busy with a backlog of 500 low tasks when one high task arrives. In
 // strict order the high task runs as soon as it is in the worker, ahead of
@@ -411,12 +423,7 @@ func TestQueueOrderStrict(t *testing.T) {
 				mode = "arrival"
 			}
 			t.Run(fmt.Sprintf("%s/%s/prefetch%d", bc.name, mode, tc.multiplier), func(t *testing.T) {
-				high, low := rlName("high"), rlName("low")
-				t.Cleanup(func() {
-					deleteQueue(t, bc, high)
-					deleteQueue(t, bc, low)
-					cleanRLRedis(t)
-				})
+				high, low := highLowQueues(t, bc)
 				strategy := ""
 				if tc.order == worker.QueueOrderStrict {
 					strategy = "priority" // what `celeriac worker --queue-order strict` sets on Redis
@@ -469,12 +476,7 @@ func TestQueueOrderUnderBacklog(t *testing.T) {
 	for _, bc := range rlBrokers(t) {
 		for _, order := range []worker.QueueOrder{worker.QueueOrderStrict, worker.QueueOrderWeighted} {
 			t.Run(fmt.Sprintf("%s/%s", bc.name, order), func(t *testing.T) {
-				high, low := rlName("high"), rlName("low")
-				t.Cleanup(func() {
-					deleteQueue(t, bc, high)
-					deleteQueue(t, bc, low)
-					cleanRLRedis(t)
-				})
+				high, low := highLowQueues(t, bc)
 				runPython(t, 2*time.Minute, map[string]string{"IT_BROKER": bc.broker},
 					fmt.Sprintf("import it_rl; it_rl.fill([%q, %q], 300)", high, low))
 				strategy := ""
@@ -524,12 +526,7 @@ func TestQueueOrderWithHeldETATasks(t *testing.T) {
 	pythonBin(t)
 	for _, bc := range rlBrokers(t) {
 		t.Run(bc.name, func(t *testing.T) {
-			high, low := rlName("high"), rlName("low")
-			t.Cleanup(func() {
-				deleteQueue(t, bc, high)
-				deleteQueue(t, bc, low)
-				cleanRLRedis(t)
-			})
+			high, low := highLowQueues(t, bc)
 			runPython(t, 2*time.Minute, map[string]string{"IT_BROKER": bc.broker},
 				fmt.Sprintf("import it_rl; it_rl.eta_then_jobs(%q, 50, 20)", high))
 			rec := startJobWorker(t, bc.broker, "priority", worker.Config{

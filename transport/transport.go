@@ -52,6 +52,14 @@ type ConsumeOptions struct {
 	// Prefetch bounds the deliveries handed out and not yet acknowledged,
 	// rejected or dead-lettered. Zero means unlimited.
 	Prefetch int
+	// PerQueuePrefetch applies Prefetch to each queue on its own instead of
+	// to all of them together (Celery's), so that a message taken from a
+	// queue is replaced from that queue: a consumer that prefers one queue
+	// (strict or weighted queue order) then holds what it prefers, where a
+	// shared window is refilled in the broker's order. RabbitMQ uses
+	// per-consumer basic.qos, Redis one pop per queue with room; the memory
+	// transport ignores it.
+	PerQueuePrefetch bool
 }
 
 // Transport is a connection to one broker. Implementations are safe for

@@ -27,9 +27,12 @@ type Config struct {
 	// QueueOrder says which queue a free slot takes from: arrival order
 	// across queues (default; what Celery does), QueueOrderStrict (the first
 	// queue in Queues that has work, always) or QueueOrderWeighted (smooth
-	// weighted round-robin by QueueWeights). Prefetched messages bound how
-	// fast a newly arrived task of a preferred queue overtakes a backlog: at
-	// most the prefetch count of other tasks are already in the worker.
+	// weighted round-robin by QueueWeights). Strict and weighted order ask
+	// the transport for a prefetch window per queue
+	// (transport.ConsumeOptions.PerQueuePrefetch): the worker then holds up
+	// to the prefetch of each queue, and a task taken from a queue is
+	// replaced from that queue, so the order holds under a backlog on every
+	// queue and a newly arrived task of a preferred queue finds room at once.
 	QueueOrder QueueOrder
 	// QueueWeights are the weights of QueueOrderWeighted (default 1 each).
 	QueueWeights map[string]int

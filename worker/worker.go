@@ -167,7 +167,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		return ErrWorkerClosed
 	}
 	w.startedAt = time.Now()
-	cons, err := w.tr.Consume(ctx, w.cfg.queues(), transport.ConsumeOptions{Prefetch: w.cfg.prefetch()})
+	// Strict and weighted order choose among the queues, so what the worker
+	// holds must follow what it takes, not the broker's refill order.
+	perQueue := w.cfg.QueueOrder == QueueOrderStrict || w.cfg.QueueOrder == QueueOrderWeighted
+	cons, err := w.tr.Consume(ctx, w.cfg.queues(), transport.ConsumeOptions{Prefetch: w.cfg.prefetch(), PerQueuePrefetch: perQueue})
 	if err != nil {
 		return fmt.Errorf("worker: consume %v: %w", w.cfg.Queues, err)
 	}

@@ -238,9 +238,6 @@ func workerSetup(fl *pflag.FlagSet, g *globalFlags, f *workerFlags) (worker.Conf
 	if cfg.QueueOrder == worker.QueueOrderStrict && o.QueueOrderStrategy == "" {
 		o.QueueOrderStrategy = "priority" // Redis pops in -Q order too
 	}
-	// What the worker holds must follow what it takes, or the broker's
-	// refill order decides (see connect.Options.PerQueuePrefetch).
-	o.PerQueuePrefetch = cfg.QueueOrder == worker.QueueOrderStrict || cfg.QueueOrder == worker.QueueOrderWeighted
 	return cfg, o, nil
 }
 

@@ -12,22 +12,22 @@ import (
 )
 
 // TestConformance runs the transport conformance suite on the real broker,
-// with global QoS (Celery's, the default) and per-consumer QoS (the
-// per-queue prefetch of strict and weighted queue order).
+// with global QoS (Celery's, the default) and with per-queue prefetch
+// (per-consumer QoS, asked for by strict and weighted queue order).
 func TestConformance(t *testing.T) {
-	t.Run("global-qos", func(t *testing.T) { conformance(t, QoSAuto) })
-	t.Run("per-consumer-qos", func(t *testing.T) { conformance(t, QoSPerConsumer) })
+	t.Run("global-qos", func(t *testing.T) { conformance(t, false) })
+	t.Run("per-queue-prefetch", func(t *testing.T) { conformance(t, true) })
 }
 
-func conformance(t *testing.T, qos QoSMode) {
+func conformance(t *testing.T, perQueue bool) {
 	url := transporttest.AMQPURL(t)
 	a := newAdmin(t)
 	skip := map[string]string{
 		"Settle/RejectRequeueAtHead": "with global QoS (Celery's choice, the default) RabbitMQ 3.10 may free the " +
 			"prefetch slot before the requeued message is back at the head and deliver the next one first " +
-			"(about 1 in 25 on the test broker); the per-consumer-qos run checks the exact order",
+			"(about 1 in 25 on the test broker); the per-queue-prefetch run checks the exact order",
 	}
-	if qos == QoSPerConsumer {
+	if perQueue {
 		skip = map[string]string{
 			"Prefetch/RaiseAndLower": "with per-consumer QoS RabbitMQ applies a new prefetch only to consumers " +
 				"started after it, so SetPrefetch consumes again and the new window counts only later deliveries " +
@@ -37,7 +37,7 @@ func conformance(t *testing.T, qos QoSMode) {
 	transporttest.Run(t, func(tb testing.TB) transport.Transport {
 		ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 		defer cancel()
-		tr, err := Dial(ctx, Config{URL: url, ConnectionName: "at_conformance", ReconnectInitial: 20 * time.Millisecond, QoS: qos})
+		tr, err := Dial(ctx, Config{URL: url, ConnectionName: "at_conformance", ReconnectInitial: 20 * time.Millisecond})
 		if err != nil {
 			tb.Fatalf("Dial: %v", err)
 		}
@@ -47,7 +47,7 @@ func conformance(t *testing.T, qos QoSMode) {
 		Priority:               transporttest.PriorityHigherFirst,
 		PriorityQueueArguments: map[string]any{"x-max-priority": 10},
 		RequeueAtHead:          true,
-		PerQueuePrefetch:       qos == QoSPerConsumer,
+		PerQueuePrefetch:       perQueue,
 		Skip:                   skip,
 		// The dead-letter store reads queue+".dlq" (Config.DeadLetterQueue's
 		// default); the queue dead-letters into it through the default

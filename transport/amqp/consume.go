@@ -32,9 +32,8 @@ const maxPrefetch = 65535
 // them again. Cancelling ctx aborts the setup only.
 //
 // Consume returns a *MismatchError under StrictTopology when a queue exists
-// with other arguments. For a channel (and prefetch window) per queue, as
-// some deployments prefer to Celery's shared one, call Consume once per
-// queue.
+// with other arguments. opts.PerQueuePrefetch gives each queue its own
+// window (per-consumer QoS) on the one channel.
 func (t *Transport) Consume(ctx context.Context, queues []transport.Queue, opts transport.ConsumeOptions) (transport.Consumer, error) {
 	if opts.Prefetch < 0 {
 		return nil, fmt.Errorf("amqp: negative prefetch %d", opts.Prefetch)
@@ -45,6 +44,7 @@ func (t *Transport) Consume(ctx context.Context, queues []transport.Queue, opts 
 		out:      make(chan *transport.Delivery),
 		prefetch: clampPrefetch(opts.Prefetch),
 		window:   clampPrefetch(opts.Prefetch),
+		perQueue: opts.PerQueuePrefetch,
 		done:     make(chan struct{}),
 	}
 	c.log = t.s.log.With(zap.Uint64("consumer", c.id))
@@ -134,10 +134,13 @@ type consumer struct {
 	prefetch int
 	// window is the per-consumer basic.qos in force with per-consumer
 	// QoS: the prefetch, grown and shrunk geometrically (see nextWindow).
-	window  int
-	cs      *chanSession
-	err     error
-	stopped bool
+	window int
+	// perQueue is ConsumeOptions.PerQueuePrefetch: per-consumer QoS
+	// whatever Config.QoS says.
+	perQueue bool
+	cs       *chanSession
+	err      error
+	stopped  bool
 
 	cancel   context.CancelFunc // stops the loop
 	stopping <-chan struct{}    // closed when the loop is told to stop
@@ -187,6 +190,9 @@ func (c *consumer) queueIndex(name string) int {
 
 // global decides the basic.qos global flag for the current queues.
 func (c *consumer) global() bool {
+	if c.perQueue {
+		return false
+	}
 	switch c.t.s.QoS {
 	case QoSGlobal:
 		return true

@@ -114,14 +114,6 @@ type Config struct {
 	// BatchSize caps how many messages one atomic pop takes (never more than
 	// the free prefetch); default 256, at most 4096.
 	BatchSize int
-	// PerQueuePrefetch gives every consumed queue its own prefetch window:
-	// a consumer holds up to the prefetch of each queue, and a message
-	// taken from a queue is replaced from that queue. With one window
-	// shared by all (kombu's, the default) a backlog on several queues is
-	// popped round-robin, so a worker that prefers one queue (weighted
-	// order) holds them all about equally and cannot prefer it for long.
-	// Each queue with room then costs its own pop.
-	PerQueuePrefetch bool
 
 	// FanoutPrefix is the pub/sub channel prefix of fanout exchanges, with
 	// "{db}" replaced by the database number; default "/{db}.". Set

@@ -27,7 +27,6 @@ func conformance(t *testing.T, perQueue bool) {
 	transporttest.Run(t, func(tb testing.TB) transport.Transport {
 		cfg := e.config()
 		cfg.Logger = nil
-		cfg.PerQueuePrefetch = perQueue
 		tr, err := Dial(context.Background(), cfg)
 		if err != nil {
 			tb.Fatalf("Dial: %v", err)

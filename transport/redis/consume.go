@@ -44,6 +44,7 @@ func (t *Transport) Consume(ctx context.Context, queues []transport.Queue, opts 
 		t:        t,
 		out:      make(chan *transport.Delivery),
 		prefetch: opts.Prefetch,
+		perQueue: opts.PerQueuePrefetch,
 		byQueue:  map[string]int{},
 		wake:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
@@ -99,10 +100,12 @@ type consumer struct {
 	order       []string // queue names in the cycle order
 	prefetch    int
 	outstanding int
-	// byQueue counts the outstanding messages of each queue, with
-	// Config.PerQueuePrefetch.
-	byQueue map[string]int
-	err     error
+	// perQueue is ConsumeOptions.PerQueuePrefetch: each queue with room
+	// costs its own pop. byQueue counts the outstanding messages of each
+	// queue then.
+	perQueue bool
+	byQueue  map[string]int
+	err      error
 }
 
 func (c *consumer) addQueue(q transport.Queue) {
@@ -213,7 +216,7 @@ type quota struct {
 }
 
 // quotas plans the next pops: one over every queue within the shared free
-// prefetch, or with Config.PerQueuePrefetch one per queue with room, in
+// prefetch, or with ConsumeOptions.PerQueuePrefetch one per queue with room, in
 // consume order.
 func (c *consumer) quotas() []quota {
 	c.mu.Lock()
@@ -222,7 +225,7 @@ func (c *consumer) quotas() []quota {
 		return nil
 	}
 	n := c.t.cfg.BatchSize
-	if !c.t.cfg.PerQueuePrefetch {
+	if !c.perQueue {
 		if c.prefetch > 0 {
 			n = min(n, c.prefetch-c.outstanding)
 		}
@@ -247,7 +250,7 @@ func (c *consumer) quotas() []quota {
 func (c *consumer) acquire(msgs []popped) {
 	c.mu.Lock()
 	c.outstanding += len(msgs)
-	if c.t.cfg.PerQueuePrefetch {
+	if c.perQueue {
 		for i := range msgs {
 			c.byQueue[msgs[i].queue]++
 		}
@@ -258,7 +261,7 @@ func (c *consumer) acquire(msgs []popped) {
 func (c *consumer) release(queue string) {
 	c.mu.Lock()
 	c.outstanding--
-	if c.t.cfg.PerQueuePrefetch {
+	if c.perQueue {
 		c.byQueue[queue]--
 	}
 	c.mu.Unlock()

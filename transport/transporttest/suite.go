@@ -90,9 +90,9 @@ type Features struct {
 	// ExtraProperties: Properties.Extra survives the broker (the kombu Redis
 	// envelope keeps any property; AMQP has a fixed property set).
 	ExtraProperties bool
-	// PerQueuePrefetch: the prefetch bounds each consumed queue on its own
-	// (RabbitMQ per-consumer QoS, the Redis adapter's PerQueuePrefetch)
-	// rather than all the consumer's queues together.
+	// PerQueuePrefetch: every consumer of the run asks for
+	// ConsumeOptions.PerQueuePrefetch, and the transport bounds each
+	// consumed queue on its own.
 	PerQueuePrefetch bool
 
 	// DeadLetterQueueArguments returns the arguments of a queue whose
@@ -337,7 +337,7 @@ func (e *env) exchange() string {
 // consume starts a consumer that is stopped at the end of the test.
 func (e *env) consume(tr transport.Transport, prefetch int, queues ...transport.Queue) transport.Consumer {
 	e.t.Helper()
-	c, err := tr.Consume(e.ctx, queues, transport.ConsumeOptions{Prefetch: prefetch})
+	c, err := tr.Consume(e.ctx, queues, transport.ConsumeOptions{Prefetch: prefetch, PerQueuePrefetch: e.f.PerQueuePrefetch})
 	if err != nil {
 		e.t.Fatalf("Consume(%v, prefetch %d): %v", queueNames(queues), prefetch, err)
 	}

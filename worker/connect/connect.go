@@ -65,17 +65,6 @@ type Options struct {
 	GlobalKeyPrefix    string
 	QueueOrderStrategy string
 
-	// PerQueuePrefetch gives every consumed queue its own prefetch window
-	// (RabbitMQ: per-consumer basic.qos; Redis: the transport's
-	// PerQueuePrefetch) instead of one shared by all (Celery's). Strict and
-	// weighted queue order need it: with a shared window the broker
-	// refills whichever queue it likes, so under a backlog on several
-	// queues the worker holds them about equally and cannot prefer one for
-	// long; with a window per queue, a task taken from a queue is replaced
-	// from that queue, and a task arriving on an idle queue finds room at
-	// once. The worker then holds up to the prefetch per queue.
-	PerQueuePrefetch bool
-
 	// RateLimitURL is the Redis server of the global rate limits
 	// (redis://, rediss://, sentinel://), or memory:// for limits within
 	// this process. Empty means the result backend when it is Redis or
@@ -249,11 +238,9 @@ func openBroker(ctx context.Context, o Options) (transport.Transport, string, er
 				urls = append(urls, u)
 			}
 		}
-		cfg := amqptransport.Config{URLs: urls, TLS: o.TLS, ConnectionName: o.ConnectionName, Logger: o.Logger}
-		if o.PerQueuePrefetch {
-			cfg.QoS = amqptransport.QoSPerConsumer
-		}
-		tr, err := amqptransport.Dial(ctx, cfg)
+		tr, err := amqptransport.Dial(ctx, amqptransport.Config{
+			URLs: urls, TLS: o.TLS, ConnectionName: o.ConnectionName, Logger: o.Logger,
+		})
 		if err != nil {
 			return nil, "", fmt.Errorf("connect: broker %s: %w", Redact(raw), err)
 		}
@@ -262,7 +249,7 @@ func openBroker(ctx context.Context, o Options) (transport.Transport, string, er
 		tr, err := redistransport.Dial(ctx, redistransport.Config{
 			URL: raw, TLSConfig: o.TLS, ClientName: o.ConnectionName, Logger: o.Logger,
 			VisibilityTimeout: o.VisibilityTimeout, GlobalKeyPrefix: o.GlobalKeyPrefix,
-			QueueOrderStrategy: o.QueueOrderStrategy, PerQueuePrefetch: o.PerQueuePrefetch,
+			QueueOrderStrategy: o.QueueOrderStrategy,
 		})
 		if err != nil {
 			return nil, "", fmt.Errorf("connect: broker %s: %w", Redact(raw), err)
