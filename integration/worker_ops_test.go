@@ -397,7 +397,8 @@ for typ, key in [("worker-heartbeat", node),
                  ("task-rejected", rejected.id), ("task-revoked", later.id)]:
     wait_for(typ + " " + key, lambda: (typ, key) in seen)
 # (A task-rejected after task-started leaves State at STARTED: REJECTED
-# ranks below STARTED in Celery's precedence, for Python workers as well.)
+# ranks below STARTED in celery.states.precedence, which State applies to
+# any worker's events; not checked here against a Python worker.)
 wait_for("State", lambda: state.tasks.get(ok.id) is not None and state.tasks[ok.id].state == "SUCCESS"
          and state.tasks.get(bad.id) is not None and state.tasks[bad.id].state == "FAILURE"
          and state.tasks.get(again.id) is not None and state.tasks[again.id].state == "SUCCESS"
