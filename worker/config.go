@@ -39,6 +39,11 @@ type Config struct {
 	// QueueArguments are declaration arguments per queue name (x-max-priority,
 	// x-dead-letter-exchange, x-queue-type), or for every queue under key "*".
 	QueueArguments map[string]map[string]any
+	// ExchangeType is the type of the exchange each consumed queue is bound
+	// to (task_default_exchange_type): transport.Direct (the default, as
+	// Celery) or transport.Topic, which Celery 5.5's native delayed delivery
+	// on quorum queues needs (see transport/amqp.Config.DelayedDelivery).
+	ExchangeType string
 
 	// Concurrency is how many tasks run at once (worker_concurrency).
 	// Default: the number of CPUs, as Celery.
@@ -209,6 +214,11 @@ func (c Config) Validate() error {
 			errs = append(errs, errors.New("worker: empty queue name"))
 		}
 	}
+	switch c.ExchangeType {
+	case "", transport.Direct, transport.Topic:
+	default:
+		errs = append(errs, fmt.Errorf("worker: exchange type %q: want direct or topic", c.ExchangeType))
+	}
 	switch c.QueueOrder {
 	case QueueOrderArrival, QueueOrderStrict, QueueOrderWeighted:
 	default:
@@ -246,7 +256,7 @@ func (c Config) queues() []transport.Queue {
 }
 
 func (c Config) queue(name string) transport.Queue {
-	q := transport.Queue{Name: name}
+	q := transport.Queue{Name: name, ExchangeType: c.ExchangeType}
 	args := map[string]any{}
 	for k, v := range c.QueueArguments["*"] {
 		args[k] = v

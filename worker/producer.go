@@ -124,7 +124,9 @@ func ExpiresIn(d time.Duration) SendOption {
 // Celery does).
 func ToQueue(name string) SendOption { return func(o *sendOptions) { o.queue = name } }
 
-// ToExchange routes the task through a named direct exchange.
+// ToExchange routes the task through a named exchange with a routing key
+// (default: the exchange's name). A missing exchange is declared direct,
+// Celery's default; an existing one is used as it is.
 func ToExchange(exchange, routingKey string) SendOption {
 	return func(o *sendOptions) { o.exchange, o.routingKey = exchange, routingKey }
 }
@@ -305,10 +307,10 @@ func (p *Producer) publish(ctx context.Context, m *protocol.TaskMessage, dest de
 	if err != nil {
 		return fmt.Errorf("worker: encode task %s[%s]: %w", m.Name, m.ID, err)
 	}
+	// No ExchangeType: a named exchange is used as it exists (the AMQP
+	// transport declares a missing one direct, Celery's default), and the
+	// transport knows the types of the exchanges it consumes through.
 	pub := &transport.Publishing{Exchange: dest.exchange, RoutingKey: dest.routingKey, Message: *msg}
-	if dest.exchange != "" {
-		pub.ExchangeType = transport.Direct
-	}
 	if err := p.pub.Publish(ctx, pub); err != nil {
 		return fmt.Errorf("worker: publish task %s[%s] to %q/%q: %w", m.Name, m.ID, dest.exchange, dest.routingKey, err)
 	}

@@ -130,6 +130,20 @@ type Config struct {
 	// means only the ctx bounds it.
 	ConfirmTimeout time.Duration
 
+	// DelayedDelivery selects Celery 5.5's native delayed delivery (see
+	// DelayedDeliveryMode): the celery_delayed_* topology is declared and
+	// every consumed queue whose exchange is a topic or fanout exchange is
+	// bound to it, so countdown tasks published into it by Python
+	// producers come back out; and a countdown task this transport
+	// publishes to such an exchange (a retry, a Go producer's task) is
+	// parked in the broker instead of held by a worker. Zero means
+	// DelayedAuto: on once a consumed queue is a quorum queue.
+	DelayedDelivery DelayedDeliveryMode
+	// DelayedQueueType is the x-queue-type of the delayed-delivery queues,
+	// Celery's broker_native_delayed_delivery_queue_type: "quorum" (the
+	// default) or "classic". It must match what other workers declared.
+	DelayedQueueType string
+
 	// DeadLetterQueue names the queue that holds the dead letters of a task
 	// queue, for the transport.DeadLetterStore methods (the queue the
 	// task queue's dead-letter exchange routes to). nil means queue+".dlq".
@@ -249,6 +263,18 @@ func newSettings(c Config) (*settings, error) {
 	}
 	if s.DialTimeout <= 0 {
 		s.DialTimeout = defaultDialTimeout
+	}
+	switch s.DelayedQueueType {
+	case "":
+		s.DelayedQueueType = "quorum"
+	case "quorum", "classic":
+	default:
+		return nil, fmt.Errorf("amqp: DelayedQueueType %q: want quorum or classic", s.DelayedQueueType)
+	}
+	switch s.DelayedDelivery {
+	case DelayedAuto, DelayedOn, DelayedOff:
+	default:
+		return nil, fmt.Errorf("amqp: unknown DelayedDelivery mode %d", s.DelayedDelivery)
 	}
 	if s.ConnectionName == "" {
 		s.ConnectionName = defaultConnectionName

@@ -217,6 +217,12 @@ func (c *consumer) establish(sess *session) (*chanSession, error) {
 			return nil, err
 		}
 	}
+	if err := c.t.setupDelayed(tp, queues); err != nil {
+		if isConnectionError(err, sess) {
+			return nil, err
+		}
+		c.log.Warn("amqp native delayed delivery could not be set up; countdown tasks are held by the worker", zap.Error(err))
+	}
 	ch, err := sess.conn.Channel()
 	if err != nil {
 		return nil, err
@@ -419,6 +425,9 @@ func (c *consumer) resume(cs *chanSession, queue string) error {
 	defer tp.close()
 	if err := declareQueue(c.t.s, tp, qs); err != nil {
 		return err
+	}
+	if err := c.t.setupDelayed(tp, []*queueState{qs}); err != nil && !isConnectionError(err, cs.sess) {
+		c.log.Warn("amqp native delayed delivery could not be set up", zap.String("queue", queue), zap.Error(err))
 	}
 	return cs.consume(queue)
 }
@@ -691,6 +700,9 @@ func (c *consumer) AddQueue(ctx context.Context, q transport.Queue) error {
 		}
 		remove()
 		return err
+	}
+	if err := c.t.setupDelayed(tp, []*queueState{qs}); err != nil && !isConnectionError(err, cs.sess) {
+		c.log.Warn("amqp native delayed delivery could not be set up", zap.String("queue", qs.q.Name), zap.Error(err))
 	}
 	if qs.quorum && cs.global && c.t.s.QoS == QoSAuto {
 		// The channel's QoS must become per consumer: replace the channel.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap"
 
 	"github.com/celeriac/celeriac/transport"
 )
@@ -41,6 +43,19 @@ func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error 
 	if err != nil {
 		return err
 	}
+	// plain is p without a delay; delayed, p into the delayed-delivery
+	// levels (see delayedRoute).
+	plain := *p
+	plain.Exchange, plain.RoutingKey = plainRoute(p)
+	if plain.Exchange != p.Exchange {
+		plain.ExchangeType = transport.Topic
+	}
+	route := plain
+	ex, key, delayed := t.delayedRoute(p, time.Now())
+	if delayed {
+		route.Exchange, route.RoutingKey, route.ExchangeType = ex, key, transport.Topic
+	}
+	p = &route
 	failures := 0
 	var prev *session
 	for {
@@ -49,6 +64,17 @@ func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error 
 			return err
 		}
 		ch := pc.ch
+		if delayed {
+			if err := t.ensureDelayed(sess); err != nil {
+				if isConnectionError(err, sess) {
+					prev = sess
+					continue
+				}
+				t.s.log.Warn("amqp native delayed delivery is not available; publishing the countdown task directly",
+					zap.String("exchange", plain.Exchange), zap.Error(err))
+				delayed, p = false, &plain
+			}
+		}
 		err = t.ensurePublishTopology(sess, p)
 		if err != nil {
 			if isConnectionError(err, sess) {

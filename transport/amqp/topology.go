@@ -49,6 +49,12 @@ type queueState struct {
 	// quorum is learnt from the arguments, a mismatch or a refused global
 	// QoS; it turns QoSAuto to per-consumer prefetch.
 	quorum bool
+	// exchangeMismatch: the exchange exists with another type than q says,
+	// so its real type is unknown.
+	exchangeMismatch bool
+	// delayedWarned: the warning that delayed delivery cannot reach the
+	// queue was logged.
+	delayedWarned bool
 }
 
 // newQueueState applies Celery's defaults to q: exchange and routing key
@@ -118,6 +124,7 @@ func declareQueue(s *settings, t *topo, qs *queueState) error {
 		if s.StrictTopology {
 			return mm
 		}
+		qs.exchangeMismatch = true
 		s.log.Warn("amqp exchange exists with other properties; using it as it is",
 			zap.String("exchange", q.Exchange), zap.Error(mm))
 	}

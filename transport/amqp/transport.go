@@ -33,6 +33,12 @@ type Transport struct {
 	wg        sync.WaitGroup // consumer and subscription loops
 
 	seq atomic.Uint64 // consumer ids and tags
+
+	// quorumSeen: a consumed queue is a quorum queue, which turns
+	// DelayedAuto on. exchangeKinds maps the exchanges of consumed queues
+	// to their declared types, for delayedRoute.
+	quorumSeen    atomic.Bool
+	exchangeKinds sync.Map
 }
 
 var (
