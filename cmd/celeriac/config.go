@@ -40,6 +40,11 @@ type settings struct {
 	WorkerEtaTaskLimit     *int                      `json:"worker_eta_task_limit"`
 	TaskRoutes             map[string]any            `json:"task_routes"`
 	QueueArguments         map[string]map[string]any `json:"celeriac_queue_arguments"`
+	// Celery 5.5's quorum-queue settings.
+	TaskDefaultExchangeType string `json:"task_default_exchange_type"`
+	TaskDefaultQueueType    string `json:"task_default_queue_type"`
+	DetectQuorumQueues      *bool  `json:"worker_detect_quorum_queues"`
+	DelayedQueueType        string `json:"broker_native_delayed_delivery_queue_type"`
 }
 
 // knownSettings returns the JSON names of the settings celeriac reads.
@@ -192,6 +197,11 @@ func (g *globalFlags) options() connect.Options {
 		o.ResultExpires = seconds(*g.file.ResultExpires)
 	}
 	o.ResultSerializer = g.file.ResultSerializer
+	o.DelayedQueueType = g.file.DelayedQueueType
+	if d := g.file.DetectQuorumQueues; d != nil && !*d {
+		// Celery: no quorum detection, no DelayedDelivery bootstep.
+		o.DelayedDelivery = "off"
+	}
 	host, _ := os.Hostname()
 	o.ConnectionName = fmt.Sprintf("celeriac-%d@%s", os.Getpid(), host)
 	return o

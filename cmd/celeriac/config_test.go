@@ -197,6 +197,50 @@ func TestWorkerSettings(t *testing.T) {
 	}
 }
 
+// TestQuorumQueueSettings: Celery 5.5's quorum-queue settings reach the
+// queue declarations and the AMQP transport's delayed delivery.
+func TestQuorumQueueSettings(t *testing.T) {
+	t.Setenv("CELERY_BROKER_URL", "")
+	t.Setenv("CELERY_RESULT_BACKEND", "")
+	file := writeConfig(t, `{
+		"task_default_exchange_type": "topic",
+		"task_default_queue_type": "quorum",
+		"broker_native_delayed_delivery_queue_type": "classic",
+		"celeriac_queue_arguments": {"*": {"x-max-priority": 5}, "old": {"x-queue-type": "classic"}}
+	}`)
+	cfg, o, err := parseWorker(t, "--config", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ExchangeType != "topic" {
+		t.Errorf("ExchangeType %q, want topic", cfg.ExchangeType)
+	}
+	wantArgs := map[string]map[string]any{
+		"*":   {"x-queue-type": "quorum", "x-max-priority": int64(5)},
+		"old": {"x-queue-type": "classic"},
+	}
+	if d := cmp.Diff(wantArgs, cfg.QueueArguments); d != "" {
+		t.Errorf("queue arguments (-want +got):\n%s", d)
+	}
+	if o.DelayedQueueType != "classic" || o.DelayedDelivery != "" {
+		t.Errorf("delayed delivery options %q %q, want classic and auto", o.DelayedQueueType, o.DelayedDelivery)
+	}
+	_, o, err = parseWorker(t, "--config", writeConfig(t, `{"worker_detect_quorum_queues": false}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.DelayedDelivery != "off" {
+		t.Errorf("worker_detect_quorum_queues false: DelayedDelivery %q, want off", o.DelayedDelivery)
+	}
+	for _, doc := range []string{`{"task_default_queue_type": "stream"}`, `{"task_default_exchange_type": "headers"}`} {
+		_, _, err := parseWorker(t, "--config", writeConfig(t, doc))
+		var ue usageError
+		if err == nil || !asUsage(err, &ue) {
+			t.Errorf("%s: err = %v, want a usage error", doc, err)
+		}
+	}
+}
+
 // TestQueueWeightsErrors: bad --queue-weights are usage errors that say
 // what is wrong.
 func TestQueueWeightsErrors(t *testing.T) {

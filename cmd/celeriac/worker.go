@@ -154,7 +154,25 @@ func workerSetup(fl *pflag.FlagSet, g *globalFlags, f *workerFlags) (worker.Conf
 		MaxNestingDepth:  f.maxNestingDepth,
 		DefaultQueue:     file.TaskDefaultQueue,
 		QueueArguments:   file.QueueArguments,
+		ExchangeType:     file.TaskDefaultExchangeType,
 		Logger:           g.log,
+	}
+	switch file.TaskDefaultQueueType {
+	case "", "classic":
+	case "quorum":
+		// Celery 5.5: every queue declared with x-queue-type quorum,
+		// unless celeriac_queue_arguments says otherwise for it.
+		all := map[string]any{"x-queue-type": "quorum"}
+		for k, v := range file.QueueArguments["*"] {
+			all[k] = v
+		}
+		cfg.QueueArguments = map[string]map[string]any{}
+		for name, args := range file.QueueArguments {
+			cfg.QueueArguments[name] = args
+		}
+		cfg.QueueArguments["*"] = all
+	default:
+		return cfg, connect.Options{}, usagef("config: task_default_queue_type %q: want classic or quorum", file.TaskDefaultQueueType)
 	}
 	if set("queues") {
 		for _, q := range strings.Split(f.queues, ",") {

@@ -77,6 +77,15 @@ type Options struct {
 	ResultExpires    time.Duration
 	ResultSerializer string
 
+	// DelayedDelivery is RabbitMQ's native delayed delivery (Celery 5.5,
+	// for quorum queues; see transport/amqp.Config.DelayedDelivery):
+	// "auto" or "" (on when a consumed queue is a quorum queue, Celery's
+	// worker_detect_quorum_queues), "on" or "off". DelayedQueueType is
+	// broker_native_delayed_delivery_queue_type: "quorum" (default) or
+	// "classic". Other brokers ignore both.
+	DelayedDelivery  string
+	DelayedQueueType string
+
 	// TLS configures amqps:// and rediss:// connections.
 	TLS *tls.Config
 	// ConnectionName names the AMQP connection and Redis clients, for
@@ -238,8 +247,13 @@ func openBroker(ctx context.Context, o Options) (transport.Transport, string, er
 				urls = append(urls, u)
 			}
 		}
+		mode, err := delayedMode(o.DelayedDelivery)
+		if err != nil {
+			return nil, "", err
+		}
 		tr, err := amqptransport.Dial(ctx, amqptransport.Config{
 			URLs: urls, TLS: o.TLS, ConnectionName: o.ConnectionName, Logger: o.Logger,
+			DelayedDelivery: mode, DelayedQueueType: o.DelayedQueueType,
 		})
 		if err != nil {
 			return nil, "", fmt.Errorf("connect: broker %s: %w", Redact(raw), err)
@@ -350,4 +364,17 @@ func Wait(ctx context.Context, be backend.Backend, taskID string) (*protocol.Res
 		}
 		delay = min(delay*2, 200*time.Millisecond)
 	}
+}
+
+// delayedMode reads Options.DelayedDelivery.
+func delayedMode(s string) (amqptransport.DelayedDeliveryMode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "auto":
+		return amqptransport.DelayedAuto, nil
+	case "on":
+		return amqptransport.DelayedOn, nil
+	case "off":
+		return amqptransport.DelayedOff, nil
+	}
+	return 0, fmt.Errorf("connect: DelayedDelivery %q: want auto, on or off", s)
 }

@@ -63,6 +63,8 @@ func TestOpenNotAURL(t *testing.T) {
 		{BrokerURL: "localhost:6379"},
 		{BrokerURL: "memory://", ResultBackend: "x"},
 		{BrokerURL: "kafka://h:9092"},
+		{BrokerURL: "amqp://guest:guest@127.0.0.1:1//", DelayedDelivery: "sometimes"},
+		{BrokerURL: "amqp://guest:guest@127.0.0.1:1//", DelayedQueueType: "stream"},
 	} {
 		c, err := Open(context.Background(), o)
 		if err == nil {
@@ -71,6 +73,9 @@ func TestOpenNotAURL(t *testing.T) {
 			continue
 		}
 		t.Logf("Open(%q, %q): %v", o.BrokerURL, o.ResultBackend, err)
+		if o.DelayedDelivery+o.DelayedQueueType != "" && !strings.Contains(err.Error(), "Delayed") {
+			t.Errorf("Open(%+v): %v, want the delayed-delivery setting named", o, err)
+		}
 	}
 	c, err := Open(context.Background(), Options{})
 	if err != nil || c.BrokerScheme != "memory" {
