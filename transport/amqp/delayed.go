@@ -163,7 +163,7 @@ func declareDelayedTopology(s *settings, t *topo) error {
 				}
 				return fmt.Errorf("amqp: delayed delivery: declare queue %q: %w", name, err)
 			}
-			s.log.Warn("amqp delayed-delivery queue exists with other arguments; using it as it is",
+			s.log.Warn("amqp delayed-delivery queue differs from Celery's declaration; using it as it is",
 				zap.String("queue", name), zap.String("argument", mm.Argument),
 				zap.String("current", mm.Current), zap.String("declared", mm.Declared))
 		}

@@ -43,19 +43,22 @@ func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error 
 	if err != nil {
 		return err
 	}
-	// plain is p without a delay; delayed, p into the delayed-delivery
-	// levels (see delayedRoute).
-	plain := *p
-	plain.Exchange, plain.RoutingKey = plainRoute(p)
-	if plain.Exchange != p.Exchange {
-		plain.ExchangeType = transport.Topic
+	// plain is p without a delay (out of the delayed-delivery levels, see
+	// plainRoute); p becomes the route into them when delayed. Copies are
+	// made only when the route changes, which most publishes' does not.
+	plain := p
+	if ex, key := plainRoute(p); ex != p.Exchange || key != p.RoutingKey {
+		c := *p
+		c.Exchange, c.RoutingKey, c.ExchangeType = ex, key, transport.Topic
+		plain = &c
 	}
-	route := plain
 	ex, key, delayed := t.delayedRoute(p, time.Now())
+	p = plain
 	if delayed {
-		route.Exchange, route.RoutingKey, route.ExchangeType = ex, key, transport.Topic
+		c := *plain
+		c.Exchange, c.RoutingKey, c.ExchangeType = ex, key, transport.Topic
+		p = &c
 	}
-	p = &route
 	failures := 0
 	var prev *session
 	for {
@@ -72,7 +75,7 @@ func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error 
 				}
 				t.s.log.Warn("amqp native delayed delivery is not available; publishing the countdown task directly",
 					zap.String("exchange", plain.Exchange), zap.Error(err))
-				delayed, p = false, &plain
+				delayed, p = false, plain
 			}
 		}
 		err = t.ensurePublishTopology(sess, p)

@@ -119,6 +119,9 @@ func TestTopologyMismatch(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a := newAdmin(t)
+			// A quorum queue turns delayed delivery on, and its topology
+			// is declared.
+			delayedTopologyCleanup(t, a)
 			strict := newHarness(t, Config{StrictTopology: true})
 			q := strict.q("q")
 			a.cleanup([]string{q}, []string{q})
@@ -199,6 +202,7 @@ func TestPrefetch(t *testing.T) {
 			}
 			h := newHarness(t, cfg)
 			a := newAdmin(t)
+			delayedTopologyCleanup(t, a)
 			q := h.q("prefetch")
 			a.cleanup([]string{q}, []string{q})
 			ctx := testCtx(t)
