@@ -78,3 +78,36 @@ func ExampleTransport_DeclareDeadLetter() {
 		_ = d.DeadLetter(ctx, transport.DeadLetterReason{Reason: "permanent"})
 	}
 }
+
+// Consuming a quorum queue behind a topic exchange, as a Celery 5.5 app with
+// task_default_queue_type = "quorum" and task_default_exchange_type =
+// "topic" declares it. DelayedAuto (the default) sees the quorum queue,
+// declares the celery_delayed_* levels and binds the queue to them, so
+// countdown tasks from Python 5.5 producers come out here; a countdown task
+// published to the "celery" exchange goes through the levels too. (It needs
+// a broker, so it only compiles.)
+func ExampleConfig_delayedDelivery() {
+	ctx := context.Background()
+	tr, err := amqptransport.Dial(ctx, amqptransport.Config{
+		URL:              "amqp://guest:guest@localhost:5672//",
+		DelayedDelivery:  amqptransport.DelayedAuto,
+		DelayedQueueType: "quorum", // broker_native_delayed_delivery_queue_type
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tr.Close()
+	c, err := tr.Consume(ctx, []transport.Queue{{
+		Name: "celery", Exchange: "celery", ExchangeType: transport.Topic, RoutingKey: "celery",
+		Arguments: map[string]any{"x-queue-type": "quorum"},
+	}}, transport.ConsumeOptions{Prefetch: 16})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for d := range c.Deliveries() {
+		// A task out of the levels arrives through a celery_delayed_*
+		// exchange, its routing key prefixed with the countdown's bits.
+		log.Printf("task %v via %s", d.Message.Headers["id"], d.Exchange)
+		_ = d.Ack(ctx)
+	}
+}
