@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -161,14 +162,13 @@ func workerSetup(fl *pflag.FlagSet, g *globalFlags, f *workerFlags) (worker.Conf
 	case "", "classic":
 	case "quorum":
 		// Celery 5.5: every queue declared with x-queue-type quorum,
-		// unless celeriac_queue_arguments says otherwise for it.
+		// unless celeriac_queue_arguments says otherwise (worker.Config
+		// lays a queue's own arguments over "*").
 		all := map[string]any{"x-queue-type": "quorum"}
-		for k, v := range file.QueueArguments["*"] {
-			all[k] = v
-		}
-		cfg.QueueArguments = map[string]map[string]any{}
-		for name, args := range file.QueueArguments {
-			cfg.QueueArguments[name] = args
+		maps.Copy(all, file.QueueArguments["*"])
+		cfg.QueueArguments = maps.Clone(file.QueueArguments)
+		if cfg.QueueArguments == nil {
+			cfg.QueueArguments = map[string]map[string]any{}
 		}
 		cfg.QueueArguments["*"] = all
 	default:

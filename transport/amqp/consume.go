@@ -217,11 +217,8 @@ func (c *consumer) establish(sess *session) (*chanSession, error) {
 			return nil, err
 		}
 	}
-	if err := c.t.setupDelayed(tp, queues); err != nil {
-		if isConnectionError(err, sess) {
-			return nil, err
-		}
-		c.log.Warn("amqp native delayed delivery could not be set up; countdown tasks are held by the worker", zap.Error(err))
+	if err := c.t.setupDelayed(tp, queues, c.log); err != nil {
+		return nil, err
 	}
 	ch, err := sess.conn.Channel()
 	if err != nil {
@@ -426,8 +423,8 @@ func (c *consumer) resume(cs *chanSession, queue string) error {
 	if err := declareQueue(c.t.s, tp, qs); err != nil {
 		return err
 	}
-	if err := c.t.setupDelayed(tp, []*queueState{qs}); err != nil && !isConnectionError(err, cs.sess) {
-		c.log.Warn("amqp native delayed delivery could not be set up", zap.String("queue", queue), zap.Error(err))
+	if err := c.t.setupDelayed(tp, []*queueState{qs}, c.log); err != nil {
+		return err
 	}
 	return cs.consume(queue)
 }
@@ -701,8 +698,8 @@ func (c *consumer) AddQueue(ctx context.Context, q transport.Queue) error {
 		remove()
 		return err
 	}
-	if err := c.t.setupDelayed(tp, []*queueState{qs}); err != nil && !isConnectionError(err, cs.sess) {
-		c.log.Warn("amqp native delayed delivery could not be set up", zap.String("queue", qs.q.Name), zap.Error(err))
+	if err := c.t.setupDelayed(tp, []*queueState{qs}, c.log); err != nil {
+		return nil // the connection is gone: set up again when the channel is replaced
 	}
 	if qs.quorum && cs.global && c.t.s.QoS == QoSAuto {
 		// The channel's QoS must become per consumer: replace the channel.

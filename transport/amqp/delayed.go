@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -54,7 +55,12 @@ const (
 	// (about 8.5 years); a longer one is held by the worker.
 	delayedMaxCountdown = 1<<delayedBits - 1
 	declaredDelayed     = "delayed-delivery"
+	delayedUnavailable  = "delayed-delivery-unavailable"
+	// delayedMaxKey is AMQP's limit on a routing key (a short string).
+	delayedMaxKey = 255
 )
+
+var errDelayedUnavailable = errors.New("amqp: native delayed delivery is not available on this connection")
 
 // delayedLevel names level n's exchange and queue.
 func delayedLevel(n int) string { return delayedPrefix + strconv.Itoa(n) }
@@ -234,7 +240,9 @@ func plainRoute(p *transport.Publishing) (exchange, key string) {
 // delayedRoute is where p goes into the levels: when delayed delivery is
 // on, p is a task with a countdown of at least a second, and its exchange
 // is known to route "#.<key>" bindings.
-func (t *Transport) delayedRoute(p *transport.Publishing, now time.Time) (exchange, key string, ok bool) {
+// now is called only then, so that other publishes do not pay for it. A
+// key the prefix would take past AMQP's 255 bytes is not delayed.
+func (t *Transport) delayedRoute(p *transport.Publishing, now func() time.Time) (exchange, key string, ok bool) {
 	if p.Exchange == "" || !t.delayedActive() || !t.routableKind(p) {
 		return "", "", false
 	}
@@ -242,7 +250,11 @@ func (t *Transport) delayedRoute(p *transport.Publishing, now time.Time) (exchan
 	if !ok {
 		return "", "", false
 	}
-	return delayedLevel(delayedMaxLevel), delayedRoutingKey(countdown, p.RoutingKey), true
+	key = delayedRoutingKey(countdown, p.RoutingKey)
+	if len(key) > delayedMaxKey {
+		return "", "", false
+	}
+	return delayedLevel(delayedMaxLevel), key, true
 }
 
 // delayedActive reports whether publishes use the topology.
@@ -275,7 +287,7 @@ func (t *Transport) routableKind(p *transport.Publishing) bool {
 // countdownOf is the whole seconds from now to the message's eta header, as
 // Celery truncates them; ok is false without an eta, under a second, or
 // beyond what 28 bits hold.
-func countdownOf(m *protocol.Message, now time.Time) (int64, bool) {
+func countdownOf(m *protocol.Message, now func() time.Time) (int64, bool) {
 	s, _ := m.Headers["eta"].(string)
 	if s == "" {
 		return 0, false
@@ -284,14 +296,17 @@ func countdownOf(m *protocol.Message, now time.Time) (int64, bool) {
 	if err != nil {
 		return 0, false
 	}
-	secs := int64(eta.Sub(now) / time.Second)
+	secs := int64(eta.Sub(now()) / time.Second)
 	return secs, secs >= 1 && secs <= delayedMaxCountdown
 }
 
 // setupDelayed learns the exchange types and quorum-ness of queues and,
 // when delayed delivery is on, declares the topology and binds them to it.
 // It runs after the queues were declared (a mismatch teaches their type).
-func (t *Transport) setupDelayed(tp *topo, queues []*queueState) error {
+// Only a lost connection is returned; any other failure is logged and the
+// worker holds those countdown tasks itself, as Celery's bootstep only
+// warns.
+func (t *Transport) setupDelayed(tp *topo, queues []*queueState, log *zap.Logger) error {
 	for _, qs := range queues {
 		if qs.quorum {
 			t.quorumSeen.Store(true)
@@ -305,37 +320,56 @@ func (t *Transport) setupDelayed(tp *topo, queues []*queueState) error {
 	if !t.delayedActive() || t.s.Declare != DeclareAll {
 		return nil
 	}
-	if err := declareDelayedTopology(t.s, tp); err != nil {
-		return err
-	}
+	err := declareDelayedTopology(t.s, tp)
 	for _, qs := range queues {
-		if err := bindDelayed(t.s, tp, qs); err != nil {
-			return err
+		if err != nil {
+			break
 		}
+		err = bindDelayed(t.s, tp, qs)
 	}
-	return nil
+	if err != nil && !isConnectionError(err, tp.sess) {
+		log.Warn("amqp native delayed delivery could not be set up; countdown tasks are held by the worker", zap.Error(err))
+		return nil
+	}
+	return err
 }
 
 // ensureDelayed makes sure the topology exists on the publishing
-// connection before a message is routed into it: declared with DeclareAll,
-// else checked (a message published into missing levels would be dropped
-// unroutable).
+// connection before a message is routed into it (a message published into
+// missing levels would be dropped unroutable). A passive check of the
+// entry and exit exchanges suffices when a worker declared the levels
+// (consuming declares them whole); with DeclareAll a missing topology is
+// declared. The answer is kept for the connection: a failure is logged once
+// and later countdown tasks on it go directly, without asking again.
 func (t *Transport) ensureDelayed(sess *session) error {
 	if sess.wasDeclared(declaredDelayed) {
 		return nil
 	}
+	if sess.wasDeclared(delayedUnavailable) {
+		return errDelayedUnavailable
+	}
 	tp := &topo{sess: sess}
 	defer tp.close()
-	if t.s.Declare == DeclareAll {
-		return declareDelayedTopology(t.s, tp)
-	}
+	var err error
 	for _, name := range []string{delayedLevel(delayedMaxLevel), delayedDelivery} {
-		if err := tp.do(func(ch *amqp091.Channel) error {
+		err = tp.do(func(ch *amqp091.Channel) error {
 			return ch.ExchangeDeclarePassive(name, transport.Topic, true, false, false, false, nil)
-		}); err != nil {
-			return fmt.Errorf("amqp: delayed delivery: exchange %q: %w", name, err)
+		})
+		if err != nil {
+			err = fmt.Errorf("amqp: delayed delivery: exchange %q: %w", name, err)
+			break
 		}
 	}
-	sess.setDeclared(declaredDelayed)
-	return nil
+	if err == nil {
+		sess.setDeclared(declaredDelayed)
+		return nil
+	}
+	if isNotFound(err) && t.s.Declare == DeclareAll {
+		err = declareDelayedTopology(t.s, tp)
+	}
+	if err != nil && !isConnectionError(err, sess) {
+		t.s.log.Warn("amqp native delayed delivery is not available on this connection; countdown tasks are published directly and held by the worker", zap.Error(err))
+		sess.setDeclared(delayedUnavailable)
+	}
+	return err
 }

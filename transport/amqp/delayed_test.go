@@ -160,6 +160,7 @@ func TestDelayedRoute(t *testing.T) {
 		{"direct exchange", DelayedOn, false, transport.Publishing{Exchange: "dx", RoutingKey: "q", Message: eta(5 * time.Second)}, "dx", "q", false},
 		{"unknown exchange", DelayedOn, false, transport.Publishing{Exchange: "other", RoutingKey: "q", Message: eta(5 * time.Second)}, "other", "q", false},
 		{"topic named by the publisher", DelayedOn, false, transport.Publishing{Exchange: "other", ExchangeType: transport.Topic, RoutingKey: "q", Message: eta(5 * time.Second)}, "celery_delayed_27", bits(5) + ".q", true},
+		{"key past 255 bytes with the prefix", DelayedOn, false, transport.Publishing{Exchange: "tx", RoutingKey: strings.Repeat("k", 200), Message: eta(5 * time.Second)}, "tx", strings.Repeat("k", 200), false},
 		{"default exchange", DelayedOn, false, transport.Publishing{RoutingKey: "q", Message: eta(5 * time.Second)}, "", "q", false},
 		{"retry out of the levels, delayed", DelayedOn, false, transport.Publishing{Exchange: "celery_delayed_0", RoutingKey: bits(7) + ".q", Message: eta(3 * time.Second)}, "celery_delayed_27", bits(3) + ".q", true},
 		{"retry out of the levels, at once", DelayedOn, false, transport.Publishing{Exchange: "celery_delayed_3", RoutingKey: bits(7) + ".q", Message: plainMsg}, "celery_delayed_delivery", "q", false},
@@ -172,7 +173,7 @@ func TestDelayedRoute(t *testing.T) {
 			tr.exchangeKinds.Store("dx", transport.Direct)
 			tr.quorumSeen.Store(tt.quorum)
 			ex, key := plainRoute(&tt.p)
-			dex, dkey, delayed := tr.delayedRoute(&tt.p, now)
+			dex, dkey, delayed := tr.delayedRoute(&tt.p, func() time.Time { return now })
 			if delayed {
 				ex, key = dex, dkey
 			}
@@ -188,9 +189,7 @@ func TestDelayedRoute(t *testing.T) {
 // have declared it, and then it stays). Queues holding messages stay too.
 func delayedTopologyCleanup(t *testing.T, a *admin) {
 	t.Helper()
-	if a.do(func(ch *amqp091.Channel) error {
-		return ch.ExchangeDeclarePassive(delayedLevel(delayedMaxLevel), transport.Topic, true, false, false, false, nil)
-	}) == nil {
+	if delayedTopologyExists(a) {
 		return
 	}
 	var queues, exchanges []string
@@ -323,4 +322,68 @@ func TestDelayedDeliveryDirectExchange(t *testing.T) {
 		t.Errorf("delivered through %q key %q, want %q key %q (held by the worker, not the broker)", d.Exchange, d.RoutingKey, q, q)
 	}
 	_ = d.Ack(ctx)
+}
+
+// delayedTopologyExists reports whether the levels' entry exchange exists.
+func delayedTopologyExists(a *admin) bool {
+	return a.do(func(ch *amqp091.Channel) error {
+		return ch.ExchangeDeclarePassive(delayedLevel(delayedMaxLevel), transport.Topic, true, false, false, false, nil)
+	}) == nil
+}
+
+// TestDelayedDeliveryPublisherOnly: a transport that consumes nothing
+// declares the levels itself before routing a countdown task into them,
+// rather than publishing into missing exchanges.
+func TestDelayedDeliveryPublisherOnly(t *testing.T) {
+	a := newAdmin(t)
+	if delayedTopologyExists(a) {
+		t.Skip("the delayed-delivery topology exists on this broker already (Python workers?); this test needs it absent")
+	}
+	delayedTopologyCleanup(t, a)
+	h := newHarness(t, Config{DelayedDelivery: DelayedOn})
+	x := h.q("x")
+	a.cleanup(nil, []string{x})
+	m := taskMessage("later", 0)
+	m.Headers["eta"] = protocol.FormatTime(time.Now().Add(100500 * time.Millisecond))
+	ctx := testCtx(t)
+	if err := h.tr.Publish(ctx, &transport.Publishing{Exchange: x, ExchangeType: transport.Topic, RoutingKey: "k", Message: m}); err != nil {
+		t.Fatal(err)
+	}
+	// 100 s = 64 + 32 + 4: the highest bit's level, 6, holds it first.
+	if n := a.ready(delayedLevel(6)); n != 1 {
+		t.Errorf("%s holds %d messages, want 1", delayedLevel(6), n)
+	}
+}
+
+// TestDelayedDeliveryUnavailable: with the levels missing and nothing
+// declared (DeclarePassive), countdown tasks are published directly, and
+// the reason is logged once for the connection, not once per message.
+func TestDelayedDeliveryUnavailable(t *testing.T) {
+	a := newAdmin(t)
+	if delayedTopologyExists(a) {
+		t.Skip("the delayed-delivery topology exists on this broker already (Python workers?); this test needs it absent")
+	}
+	h := newHarness(t, Config{DelayedDelivery: DelayedOn, Declare: DeclarePassive})
+	x, q := h.q("x"), h.q("q")
+	a.cleanup([]string{q}, []string{x})
+	a.must(func(ch *amqp091.Channel) error { return ch.ExchangeDeclare(x, transport.Topic, true, false, false, false, nil) })
+	a.declare(q, nil)
+	a.must(func(ch *amqp091.Channel) error { return ch.QueueBind(q, "#", x, false, nil) })
+	ctx := testCtx(t)
+	for _, id := range []string{"a", "b"} {
+		m := taskMessage(id, 0)
+		m.Headers["eta"] = protocol.FormatTime(time.Now().Add(time.Minute))
+		if err := h.tr.Publish(ctx, &transport.Publishing{Exchange: x, ExchangeType: transport.Topic, RoutingKey: q, Message: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := a.ready(q); n != 2 {
+		t.Errorf("%s holds %d messages, want both, published directly", q, n)
+	}
+	if n := h.logs.FilterMessageSnippet("native delayed delivery is not available").Len(); n != 1 {
+		t.Errorf("%d warnings, want 1 for the connection", n)
+	}
+	if delayedTopologyExists(a) {
+		t.Error("DeclarePassive declared the delayed-delivery topology")
+	}
 }

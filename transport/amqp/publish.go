@@ -7,7 +7,6 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
-	"go.uber.org/zap"
 
 	"github.com/celeriac/celeriac/transport"
 )
@@ -52,7 +51,7 @@ func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error 
 		c.Exchange, c.RoutingKey, c.ExchangeType = ex, key, transport.Topic
 		plain = &c
 	}
-	ex, key, delayed := t.delayedRoute(p, time.Now())
+	ex, key, delayed := t.delayedRoute(p, time.Now)
 	p = plain
 	if delayed {
 		c := *plain
@@ -73,8 +72,7 @@ func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error 
 					prev = sess
 					continue
 				}
-				t.s.log.Warn("amqp native delayed delivery is not available; publishing the countdown task directly",
-					zap.String("exchange", plain.Exchange), zap.Error(err))
+				// Logged once by ensureDelayed: the worker holds it.
 				delayed, p = false, plain
 			}
 		}
