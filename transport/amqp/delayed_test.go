@@ -366,7 +366,9 @@ func TestDelayedDeliveryUnavailable(t *testing.T) {
 	h := newHarness(t, Config{DelayedDelivery: DelayedOn, Declare: DeclarePassive})
 	x, q := h.q("x"), h.q("q")
 	a.cleanup([]string{q}, []string{x})
-	a.must(func(ch *amqp091.Channel) error { return ch.ExchangeDeclare(x, transport.Topic, true, false, false, false, nil) })
+	a.must(func(ch *amqp091.Channel) error {
+		return ch.ExchangeDeclare(x, transport.Topic, true, false, false, false, nil)
+	})
 	a.declare(q, nil)
 	a.must(func(ch *amqp091.Channel) error { return ch.QueueBind(q, "#", x, false, nil) })
 	ctx := testCtx(t)
