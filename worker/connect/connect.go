@@ -55,7 +55,9 @@ import (
 
 // Options are the connection settings, named after Celery's.
 type Options struct {
-	// BrokerURL is broker_url. Empty means memory://.
+	// BrokerURL is broker_url. It is required: Open refuses an empty one
+	// (ErrNoBroker) rather than start on a broker nothing else can reach;
+	// memory:// asks for the in-process broker explicitly.
 	BrokerURL string
 	// ResultBackend is result_backend. Empty means no result backend.
 	ResultBackend string
@@ -97,6 +99,11 @@ type Options struct {
 	// one), so that several transports can share it.
 	Broker *memory.Broker
 }
+
+// ErrNoBroker: Options.BrokerURL is empty. A worker started with a typo in
+// its environment must not come up on an in-process broker, consume
+// nothing and look healthy.
+var ErrNoBroker = errors.New("connect: no broker URL: set broker_url (CELERY_BROKER_URL), or memory:// for an in-process broker")
 
 // FromEnv fills BrokerURL, ResultBackend and RateLimitURL from
 // CELERY_BROKER_URL, CELERY_RESULT_BACKEND and CELERIAC_RATE_LIMIT_URL when
@@ -230,9 +237,12 @@ func Scheme(raw string) string {
 
 func openBroker(ctx context.Context, o Options) (transport.Transport, string, error) {
 	raw := strings.TrimSpace(o.BrokerURL)
+	if raw == "" {
+		return nil, "", ErrNoBroker
+	}
 	switch s := Scheme(raw); s {
 	case "", "memory":
-		if s == "" && raw != "" {
+		if s == "" {
 			// Not silently memory://: a task sent there reaches nobody.
 			return nil, "", fmt.Errorf("connect: broker %q is not a URL (want amqp://, redis://, sentinel:// or memory://)", Redact(raw))
 		}
