@@ -739,8 +739,9 @@ func (l *loop) shutdown(cold bool) error {
 	returned := 0
 	for _, d := range requeue {
 		if err := persistWithin(sctx, func(ctx context.Context) error { return d.Reject(ctx, true) }); err != nil {
+			id, _ := d.Message.Headers["id"].(string)
 			w.log.Warn("returning a message to the broker failed; the broker will deliver it again",
-				zap.String("delivery_tag", d.Tag), zap.Error(err))
+				zap.String("task_id", id), zap.String("delivery_tag", d.Tag), zap.Error(err))
 			continue
 		}
 		returned++
