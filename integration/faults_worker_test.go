@@ -54,7 +54,7 @@ type fltWorkerConfig struct {
 	Concurrency int    `json:"concurrency"`
 	// VisibilityTimeout and RestoreInterval (seconds) tune the Redis
 	// transport so that a killed worker's messages come back within the
-	// test's time.
+	// test's time; RestoreInterval 0 keeps the transport's sweep schedule.
 	VisibilityTimeout float64                   `json:"visibility_timeout"`
 	RestoreInterval   float64                   `json:"restore_interval"`
 	MaxMessageSize    int                       `json:"max_message_size"`
@@ -139,10 +139,14 @@ func runFltWorker(c fltWorkerConfig) error {
 	var tr transport.Transport
 	switch connect.Scheme(c.Broker) {
 	case "redis", "rediss":
-		tr, err = redistransport.Dial(ctx, redistransport.Config{
+		rc := redistransport.Config{
 			URL: c.Broker, ClientName: c.Name, TLSConfig: tlsConf, Logger: log,
-			VisibilityTimeout: seconds(c.VisibilityTimeout), RestoreInterval: seconds(c.RestoreInterval), RestoreThrottle: 1,
-		})
+			VisibilityTimeout: seconds(c.VisibilityTimeout),
+		}
+		if c.RestoreInterval > 0 {
+			rc.RestoreInterval, rc.RestoreThrottle = seconds(c.RestoreInterval), 1
+		}
+		tr, err = redistransport.Dial(ctx, rc)
 	default:
 		tr, err = amqptransport.Dial(ctx, amqptransport.Config{
 			URLs: []string{c.Broker}, ConnectionName: c.Name, TLS: tlsConf, Logger: log,

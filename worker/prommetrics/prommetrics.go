@@ -87,16 +87,41 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 // Watch adds the gauges of w (running, ready, held, prefetch, concurrency).
 func (m *Metrics) Watch(w *worker.Worker) { m.gauges.set(w) }
 
-// WatchBroker adds celeriac_broker_reconnects_total for a transport that
-// counts its reconnections (transport/amqp and transport/redis do).
+// WatchBroker adds the broker connection's metrics for a transport that
+// reports them: celeriac_broker_reconnects_total (transport/amqp and
+// transport/redis count their reconnections), and with several failover
+// URLs (transport/amqp) celeriac_broker_failovers_total, the reconnections
+// that landed on another node, and celeriac_broker_node, 1 with the node in
+// use as its label (its URL, password hidden), none during an outage.
 func (m *Metrics) WatchBroker(tr any) {
-	rc, ok := tr.(interface{ Reconnects() int64 })
-	if !ok {
-		return
+	if rc, ok := tr.(interface{ Reconnects() int64 }); ok {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace,
+			Name: "broker_reconnects_total", Help: "Times the broker connection was re-established after it was lost."},
+			func() float64 { return float64(rc.Reconnects()) }))
 	}
-	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace,
-		Name: "broker_reconnects_total", Help: "Times the broker connection was re-established after it was lost."},
-		func() float64 { return float64(rc.Reconnects()) }))
+	if fo, ok := tr.(interface{ Failovers() int64 }); ok {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace,
+			Name: "broker_failovers_total", Help: "Broker reconnections that landed on another node than the one lost."},
+			func() float64 { return float64(fo.Failovers()) }))
+	}
+	if n, ok := tr.(interface{ Node() string }); ok {
+		m.reg.MustRegister(nodeCollector{node: n.Node})
+	}
+}
+
+// nodeCollector exports the broker node in use as a label, read at scrape
+// time.
+type nodeCollector struct{ node func() string }
+
+var nodeDesc = prometheus.NewDesc(namespace+"_broker_node",
+	"The broker node the worker consumes from (1, with its URL as label; absent while disconnected).", []string{"node"}, nil)
+
+func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- nodeDesc }
+
+func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	if n := c.node(); n != "" {
+		ch <- prometheus.MustNewConstMetric(nodeDesc, prometheus.GaugeValue, 1, n)
+	}
 }
 
 // TaskReceived implements worker.Observer.
