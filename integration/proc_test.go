@@ -69,6 +69,9 @@ type proc struct {
 
 // procOptions say how startProc runs a process.
 type procOptions struct {
+	// Exe runs this executable instead of building pkg (the test binary
+	// itself, re-executed as a helper process).
+	Exe string
 	// Env is added to the environment, in which CELERY_BROKER_URL,
 	// CELERY_RESULT_BACKEND and CELERIAC_RATE_LIMIT_URL are cleared so that
 	// a developer's settings never leak into a test.
@@ -88,7 +91,11 @@ type procOptions struct {
 // logging its output if the test failed.
 func startProc(t *testing.T, name, pkg string, o procOptions, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(buildBin(t, pkg), args...)
+	exe := o.Exe
+	if exe == "" {
+		exe = buildBin(t, pkg)
+	}
+	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), "CELERY_BROKER_URL=", "CELERY_RESULT_BACKEND=", "CELERIAC_RATE_LIMIT_URL=", "GOTRACEBACK=all")
 	for k, v := range o.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -115,7 +122,7 @@ func startProc(t *testing.T, name, pkg string, o procOptions, args ...string) *p
 	ready := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
 		var once sync.Once
 		for sc.Scan() {
 			p.mu.Lock()
@@ -153,6 +160,16 @@ func startProc(t *testing.T, name, pkg string, o procOptions, args ...string) *p
 		t.Fatalf("%s not ready after %v:\n%s", name, o.ReadyTimeout, p.Log())
 	}
 	return p
+}
+
+// Exited reports whether the process has ended.
+func (p *proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // kill sends SIGKILL: no shutdown, no acks, no lease release.
