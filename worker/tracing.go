@@ -31,7 +31,7 @@ import (
 //     Python instrumentation sets, an exception event and status Error on
 //     failure, and celery.retry.reason on a retry.
 //
-// docs/tracing.md lists the names and where each comes from.
+// The README's "Tracing" section lists the names and where each comes from.
 
 const tracerName = "github.com/celeriac/celeriac/worker"
 
