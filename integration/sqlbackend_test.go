@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 
 	sqlbackend "github.com/celeriac/celeriac/backend/sql"
 	amqptransport "github.com/celeriac/celeriac/transport/amqp"
@@ -155,17 +157,24 @@ func sqlHandlers() *worker.Mux {
 // schema until the test ends.
 func sqlWorker(t *testing.T, schema, queue, hostname string) *sqlbackend.Backend {
 	t.Helper()
-	be, err := sqlbackend.New(t.Context(), sqlbackend.Config{
+	return sqlWorkerConfig(t, sqlbackend.Config{
 		URL: dbPlus(t), Extended: true,
 		TableSchemas: map[string]string{"task": schema, "group": schema},
-	})
+	}, sqlHandlers(), hostname, queue)
+}
+
+// sqlWorkerConfig runs a celeriac worker on queues with the backend cfg
+// configures until the test ends.
+func sqlWorkerConfig(t *testing.T, cfg sqlbackend.Config, mux *worker.Mux, hostname string, queues ...string) *sqlbackend.Backend {
+	t.Helper()
+	be, err := sqlbackend.New(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("sql backend: %v", err)
 	}
 	tr, _ := amqpTransport(t, amqptransport.Config{})
-	deleteAMQP(t, queue)
-	w, err := worker.New(tr, sqlHandlers(), worker.Config{
-		Queues: []string{queue}, Concurrency: 8, Backend: be, ResultExtended: true, Hostname: hostname,
+	deleteAMQP(t, queues...)
+	w, err := worker.New(tr, mux, worker.Config{
+		Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), Queues: queues, Concurrency: 8, Backend: be, ResultExtended: true, Hostname: hostname,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -228,11 +229,8 @@ func (b *Backend) chordDjango(ctx context.Context, p backend.ChordPart) (backend
 		}
 		if sparse {
 			slot := -1
-			for i, id := range ids {
-				if id == p.TaskID {
-					return nil // counted before
-				}
-				_ = i
+			if slices.Contains(ids, p.TaskID) {
+				return nil // counted before
 			}
 			if p.GroupIndex != nil && *p.GroupIndex >= 0 && *p.GroupIndex < len(tuples) && tuples[*p.GroupIndex] == nil {
 				slot = *p.GroupIndex

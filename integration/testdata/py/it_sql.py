@@ -73,10 +73,10 @@ def client(steps="get,failure,chain,group"):
         r = chain(add.s(1, 1), add.s(10), add.s(100)).apply_async()
         emit(step="chain", value=r.get(timeout=60), parent=r.parent.get(timeout=60), state=r.state)
     if "group" in steps:
-        r = group(add.s(i, i) for i in range(10)).apply_async()
+        r = group([add.s(i, i) for i in range(10)]).apply_async()
         emit(step="group", value=r.get(timeout=60), ready=r.ready(), states=sorted({x.state for x in r.results}))
     if "chord" in steps:
-        r = chord(add.s(i, i) for i in range(20))(tsum.s())
+        r = chord([add.s(i, i) for i in range(20)])(tsum.s())
         emit(step="chord", value=r.get(timeout=120), state=r.state)
     app.close()
 

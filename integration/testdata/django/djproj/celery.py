@@ -7,3 +7,18 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "djproj.settings")
 
 app = Celery("djproj")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+
+
+@app.task(name="it_dj.add")
+def add(x, y):
+    return x + y
+
+
+@app.task(name="it_dj.tsum")
+def tsum(xs):
+    return sum(xs)
+
+
+@app.task(name="it_dj.fail")
+def fail(msg):
+    raise ValueError(msg, 42)
