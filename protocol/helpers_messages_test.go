@@ -47,13 +47,23 @@ type captureScenario struct {
 	ChordSizeKeys map[string]map[string]string `json:"chord_size_keys"`
 }
 
-func loadManifest(tb testing.TB) captureManifest {
+// loadManifestOf reads the captures.json of one Celery version's set.
+func loadManifestOf(tb testing.TB, set goldenSet) captureManifest {
 	tb.Helper()
 	var m captureManifest
-	if err := json.Unmarshal(readGolden(tb, "captures.json"), &m); err != nil {
-		tb.Fatalf("captures.json: %v", err)
+	if err := json.Unmarshal(readGolden(tb, set.file("captures.json")), &m); err != nil {
+		tb.Fatalf("%s captures.json: %v", set.name, err)
 	}
 	return m
+}
+
+// mustReadGolden is readGolden for expectations built outside a test.
+func mustReadGolden(name string) []byte {
+	data, err := os.ReadFile(filepath.Join(goldenDir, name))
+	if err != nil {
+		panic(err)
+	}
+	return data
 }
 
 // amqpCapture is one <scenario>.amqp.json: the parts py-amqp's basic_get

@@ -3,6 +3,7 @@ package protocol_test
 import (
 	"encoding/base64"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,12 +13,16 @@ import (
 	"github.com/celeriac/celeriac/protocol"
 )
 
-// naiveUTCDate parses a Celery 5.2 date_done independently of the package.
+// naiveUTCDate parses a date_done independently of the package: naive UTC
+// from Celery 5.2, with "+00:00" from 5.5.
 func naiveUTCDate(tb testing.TB, raw map[string]any) time.Time {
 	tb.Helper()
 	s, ok := raw["date_done"].(string)
 	if !ok {
 		tb.Fatalf("date_done = %v", raw["date_done"])
+	}
+	if d, err := time.Parse("2006-01-02T15:04:05.999999-07:00", s); err == nil {
+		return d
 	}
 	d, err := time.ParseInLocation("2006-01-02T15:04:05.999999", s, time.UTC)
 	if err != nil {
@@ -26,11 +31,17 @@ func naiveUTCDate(tb testing.TB, raw map[string]any) time.Time {
 	return d
 }
 
-// TestGoldenResults decodes result-meta documents a real Celery 5.2.6
-// worker stored on the Redis backend (and RPC replies). Values that vary
-// between capture runs (task ids, dates, pid, traceback) are taken from
-// the raw document; everything else is spelled out.
+// TestGoldenResults decodes result-meta documents real Celery 5.2.6 and
+// 5.5.2 workers stored on the Redis backend (and RPC replies). Values that
+// vary between capture runs (task ids, dates, pid, traceback) are taken
+// from the raw document; everything else is spelled out.
 func TestGoldenResults(t *testing.T) {
+	for _, set := range goldenSets {
+		t.Run(set.name, func(t *testing.T) { testGoldenResults(t, set) })
+	}
+}
+
+func testGoldenResults(t *testing.T, set goldenSet) {
 	tests := []struct {
 		file string
 		want func(raw map[string]any) protocol.ResultMeta
@@ -73,7 +84,7 @@ func TestGoldenResults(t *testing.T) {
 				GroupID: raw["group_id"].(string)}
 		}},
 		{"result_chain_parent.json", func(raw map[string]any) protocol.ResultMeta {
-			next := loadManifest(t).Scenarios["chain_next"].TaskID
+			next := loadManifestOf(t, set).Scenarios["chain_next"].TaskID
 			return protocol.ResultMeta{TaskID: raw["task_id"].(string), Status: protocol.StateSuccess,
 				Result: i64(3), Children: []any{protocol.ChildTuple(next)}, DateDone: naiveUTCDate(t, raw)}
 		}},
@@ -93,7 +104,7 @@ func TestGoldenResults(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			data := readGolden(t, tt.file)
+			data := readGolden(t, set.file(tt.file))
 			got, err := protocol.DecodeResult(data, protocol.ContentTypeJSON, protocol.DecodeOptions{})
 			if err != nil {
 				t.Fatalf("DecodeResult: %v", err)
@@ -140,7 +151,13 @@ func TestGoldenResultBytes(t *testing.T) {
 }
 
 func TestGoldenResultMsgpackAndRPC(t *testing.T) {
-	got, err := protocol.DecodeResult(readGolden(t, "result_success.msgpack"), protocol.ContentTypeMsgpack, protocol.DecodeOptions{})
+	for _, set := range goldenSets {
+		t.Run(set.name, func(t *testing.T) { testGoldenResultMsgpackAndRPC(t, set) })
+	}
+}
+
+func testGoldenResultMsgpackAndRPC(t *testing.T, set goldenSet) {
+	got, err := protocol.DecodeResult(readGolden(t, set.file("result_success.msgpack")), protocol.ContentTypeMsgpack, protocol.DecodeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +174,7 @@ func TestGoldenResultMsgpackAndRPC(t *testing.T) {
 			Result: &protocol.ExceptionInfo{Type: "ValueError", Message: []any{"nope"}, Module: "builtins"}},
 	} {
 		t.Run(file, func(t *testing.T) {
-			raw := rawDoc(t, readGolden(t, file))
+			raw := rawDoc(t, readGolden(t, set.file(file)))
 			props := raw["properties"].(map[string]any)
 			if props["delivery_mode"] != 1.0 || props["content_type"] != "application/json" {
 				t.Errorf("RPC reply properties %v", props)
@@ -179,6 +196,85 @@ func TestGoldenResultMsgpackAndRPC(t *testing.T) {
 			}
 			if diff := valueDiff(want, *got); diff != "" {
 				t.Errorf("DecodeResult(RPC reply) mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// rpcResult decodes the result in an RPC reply capture.
+func rpcResult(t *testing.T, file string) *protocol.ResultMeta {
+	t.Helper()
+	raw := rawDoc(t, readGolden(t, file))
+	body, err := base64.StdEncoding.DecodeString(raw["body"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := protocol.DecodeResult(body, protocol.ContentTypeJSON, protocol.DecodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// TestGoldenWorkerOracles reads what real 5.2 and 5.5 workers reported
+// from inside a task (golden.reqinfo) and checks that the package decodes
+// the same messages the same way:
+//   - a protocol 1 message with args: the worker's argsrepr/kwargsrepr are
+//     None (hybrid_to_proto2 takes them from the v1 body, which has none),
+//     and DecodeTask gives "" for both;
+//   - an AMQP header py-amqp wrote from bytes that are not UTF-8 reaches
+//     the task as bytes, valid UTF-8 as str (transport/amqp turns the
+//     first into []byte: TestHeaderBytesNotUTF8 and the capture's test
+//     there);
+//   - 5.5: a stamped task sees its stamps.
+func TestGoldenWorkerOracles(t *testing.T) {
+	for _, set := range goldenSets {
+		t.Run(set.name+"/proto1", func(t *testing.T) {
+			m, err := protocol.DecodeResult(readGolden(t, set.file("result_reqinfo_proto1.json")), protocol.ContentTypeJSON, protocol.DecodeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			info := m.Result.(map[string]any)
+			want := map[string]any{"argsrepr": nil, "kwargsrepr": nil}
+			if diff := valueDiff(want, info["received"]); diff != "" {
+				t.Errorf("worker's received argsrepr/kwargsrepr mismatch (-want +got):\n%s", diff)
+			}
+			env := loadRedis(t, set.file("protocol1.redis.json"))
+			got, err := protocol.DecodeTask(&env.Message, protocol.DecodeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.ArgsRepr != "" || got.KwargsRepr != "" {
+				t.Errorf("DecodeTask(v1) argsrepr %q kwargsrepr %q, want none, as the worker derived", got.ArgsRepr, got.KwargsRepr)
+			}
+		})
+		t.Run(set.name+"/bytes_header", func(t *testing.T) {
+			info := rpcResult(t, set.file("result_rpc_reqinfo_bytes.amqp.json")).Result.(map[string]any)
+			want := map[string]any{
+				"x-bin":  []any{"bytes", `b'\xff\x00raw'`},
+				"x-utf8": []any{"str", "'ok'"},
+			}
+			if diff := valueDiff(want, info["x_headers"]); diff != "" {
+				t.Errorf("header types the worker saw mismatch (-want +got):\n%s", diff)
+			}
+		})
+		if !set.v55() {
+			continue
+		}
+		t.Run(set.name+"/stamped", func(t *testing.T) {
+			m, err := protocol.DecodeResult(readGolden(t, set.file("result_reqinfo_stamped.json")), protocol.ContentTypeJSON, protocol.DecodeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			info := m.Result.(map[string]any)
+			sh := info["stamped_headers"].([]any)
+			slices.SortFunc(sh, func(a, b any) int { return strings.Compare(a.(string), b.(string)) })
+			want := map[string]any{"monitoring_id": "mon-1", "tenant": []any{"acme", i64(7)}}
+			if diff := valueDiff(want, info["stamps"]); diff != "" {
+				t.Errorf("stamps the task saw mismatch (-want +got):\n%s", diff)
+			}
+			if diff := valueDiff([]any{"monitoring_id", "tenant"}, sh); diff != "" {
+				t.Errorf("stamped_headers the task saw mismatch (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -244,10 +244,16 @@ func decodeV1(m *Message, body map[string]any) (*TaskMessage, error) {
 	if err := t.setHeaders(h); err != nil {
 		return nil, err
 	}
-	// proto1_to_proto2 replaces argsrepr/kwargsrepr with saferepr(args),
-	// saferepr(kwargs) (no length limit); the body's own values are ignored.
-	t.ArgsRepr = SafeRepr(pyTuple(t.Args), 0)
-	t.KwargsRepr = SafeRepr(t.Kwargs, 0)
+	// Celery's worker (celery/worker/strategy.py, 5.2 and 5.5 alike) turns
+	// a v1 body that has "args" into v2 with hybrid_to_proto2, which takes
+	// argsrepr/kwargsrepr from the body: None for what as_task_v1 writes
+	// (captured: golden/celery55/result_reqinfo_proto1.json). Only a body
+	// without "args" goes through proto1_to_proto2, whose saferepr of the
+	// default () and of kwargs replaces whatever the body said.
+	if _, ok := body["args"]; !ok {
+		t.ArgsRepr = SafeRepr(pyTuple(t.Args), 0)
+		t.KwargsRepr = SafeRepr(t.Kwargs, 0)
+	}
 	// The compression header is the message's, not the body's (the body
 	// was decompressed with it); decodeTaskBody has checked its type.
 	t.Compression, _ = m.Headers[hCompression].(string)

@@ -177,7 +177,7 @@ func TestDecodeTask(t *testing.T) {
 			name: "minimal v1",
 			give: jsonMsg(nil, `{"task": "tasks.add", "id": "v1", "args": [2, 3], "kwargs": {}}`),
 			want: protocol.TaskMessage{
-				Protocol: 1, ID: "v1", Name: "tasks.add", ArgsRepr: "(2, 3)", KwargsRepr: "{}",
+				Protocol: 1, ID: "v1", Name: "tasks.add",
 				Args: []any{i64(2), i64(3)}, Kwargs: map[string]any{},
 				ContentType: protocol.ContentTypeJSON, ContentEncoding: "utf-8",
 			},
@@ -190,8 +190,29 @@ func TestDecodeTask(t *testing.T) {
 				Body:    zlibBytes(t, []byte(`{"task": "tasks.add", "id": "v1", "args": [], "kwargs": {}}`)),
 			},
 			want: protocol.TaskMessage{
-				Protocol: 1, ID: "v1", Name: "tasks.add", ArgsRepr: "()", KwargsRepr: "{}",
+				Protocol: 1, ID: "v1", Name: "tasks.add",
 				Args: []any{}, Kwargs: map[string]any{}, Compression: protocol.CompressionZlib,
+				ContentType: protocol.ContentTypeJSON, ContentEncoding: "utf-8",
+			},
+		},
+		{
+			// With args, hybrid_to_proto2 keeps the body's own reprs.
+			name: "v1 with argsrepr",
+			give: jsonMsg(nil, `{"task": "tasks.add", "id": "v1", "args": [2], "argsrepr": "(2,)", "kwargsrepr": "{}"}`),
+			want: protocol.TaskMessage{
+				Protocol: 1, ID: "v1", Name: "tasks.add", ArgsRepr: "(2,)", KwargsRepr: "{}",
+				Args: []any{i64(2)}, Kwargs: map[string]any{},
+				ContentType: protocol.ContentTypeJSON, ContentEncoding: "utf-8",
+			},
+		},
+		{
+			// No args key: proto1_to_proto2 computes the reprs, from the
+			// tuple body.get('args', ()) gives, and replaces the body's.
+			name: "v1 without args",
+			give: jsonMsg(nil, `{"task": "tasks.add", "id": "v1", "argsrepr": "x", "kwargs": {"a": 1}}`),
+			want: protocol.TaskMessage{
+				Protocol: 1, ID: "v1", Name: "tasks.add", ArgsRepr: "()", KwargsRepr: "{'a': 1}",
+				Args: []any{}, Kwargs: map[string]any{"a": i64(1)},
 				ContentType: protocol.ContentTypeJSON, ContentEncoding: "utf-8",
 			},
 		},
@@ -202,7 +223,6 @@ func TestDecodeTask(t *testing.T) {
 				Protocol: 1, ID: "v1", Name: "tasks.add", Group: "ts", Retries: 1,
 				ETA:       time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC),
 				TimeLimit: 10 * time.Second, SoftTimeLimit: 5500 * time.Millisecond,
-				ArgsRepr: "(1,)", KwargsRepr: "{'a': 'b'}",
 				Args: []any{i64(1)}, Kwargs: map[string]any{"a": "b"},
 				Embed: protocol.Embed{
 					Errbacks: []protocol.Signature{sig("tasks.tsum", nil, nil)},

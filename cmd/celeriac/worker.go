@@ -348,8 +348,13 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 		}
 		defer ln.Close()
 	}
-	if connect.Scheme(o.BrokerURL) == "" || connect.Scheme(o.BrokerURL) == "memory" {
-		g.log.Warn("no broker configured (--broker, CELERY_BROKER_URL): using an in-process broker that nothing else can reach")
+	if strings.TrimSpace(o.BrokerURL) == "" {
+		// A typo in the environment must not start a worker that consumes
+		// nothing and looks healthy; memory:// asks for that explicitly.
+		return usagef("no broker: give --broker, set CELERY_BROKER_URL or broker_url in --config (memory:// for an in-process broker)")
+	}
+	if connect.Scheme(o.BrokerURL) == "memory" {
+		g.log.Warn("in-process broker (memory://): nothing outside this process can reach it")
 	}
 	conn, err := connect.Open(ctx, o)
 	if err != nil {
@@ -412,6 +417,14 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 	})
 	err = w.Run(ctx)
 	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	var se *worker.ShutdownError
+	if errors.As(err, &se) && se.Abandoned == 0 {
+		// Cut short on request (cold shutdown, or the shutdown timeout):
+		// every cancelled task was settled, its acks_late message returned
+		// to the broker. Only handlers still running are a failure.
+		g.log.Warn("shutdown interrupted running tasks", zap.Int("cancelled", se.Cancelled))
 		err = nil
 	}
 	if err == nil {

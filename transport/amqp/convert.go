@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
@@ -20,11 +21,16 @@ import (
 // Reading (broker → celeriac): every integer type becomes int64, float32
 // becomes float64, tables become map[string]any, arrays []any, decimals
 // protocol.Decimal (exact text), timestamps time.Time in UTC, void nil, byte
-// arrays []byte.
+// arrays []byte. A long string ('S') that is not valid UTF-8 becomes []byte:
+// py-amqp writes Python bytes as 'S' and reads an 'S' that does not decode
+// as UTF-8 back as bytes, so that is the value a Python worker would see.
 //
 // Writing (celeriac → broker) emits only the field types py-amqp reads back
 // as the same value: integers as 'I' (int32) when they fit, otherwise 'l'
-// (int64); float64 'd'; bool 't'; string 'S'; []byte 'x'; decimals 'D';
+// (int64); float64 'd'; bool 't'; string 'S'; []byte 'x', or 'S' when it is
+// not valid UTF-8 (py-amqp reads both as bytes, and 'S' is what such a value
+// arrived as, so a header read and re-published keeps its bytes and its
+// tag); decimals 'D';
 // times 'T' (whole seconds, as AMQP timestamps are); maps 'F'; slices 'A';
 // nil 'V'. amqp091's narrower integer types are never written because py-amqp
 // reads 'b', 'B' and 's' differently from the AMQP errata. Known remaining
@@ -69,7 +75,12 @@ func fromField(v any, depth int) (any, error) {
 	switch v := v.(type) {
 	case nil:
 		return nil, nil
-	case bool, string, float64:
+	case string:
+		if !utf8.ValidString(v) {
+			return []byte(v), nil
+		}
+		return v, nil
+	case bool, float64:
 		return v, nil
 	case int64:
 		return v, nil
@@ -221,7 +232,12 @@ func toField(v any, depth int) (any, error) {
 	switch v := v.(type) {
 	case nil:
 		return nil, nil
-	case bool, string, float64, []byte:
+	case []byte:
+		if !utf8.Valid(v) {
+			return string(v), nil
+		}
+		return v, nil
+	case bool, string, float64:
 		return v, nil
 	case float32:
 		return float64(v), nil

@@ -214,6 +214,31 @@ func TestPublishingErrors(t *testing.T) {
 	}
 }
 
+// TestHeaderBytesNotUTF8 follows py-amqp: Python bytes go out as a long
+// string ('S'), and an 'S' that is not valid UTF-8 is read back as bytes. So
+// such a string reaches handlers as []byte, and a []byte that is not valid
+// UTF-8 is written as 'S' again (the bytes and the tag it arrived with),
+// while valid UTF-8 bytes stay 'x' (an 'S' would reach Python as str).
+func TestHeaderBytesNotUTF8(t *testing.T) {
+	raw := "\xff\x00raw\xc3"
+	got, err := fromTable(amqp091.Table{"bin": raw, "text": "héllo", "arr": []any{raw}, "t": amqp091.Table{"bin": raw}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"bin": []byte(raw), "text": "héllo", "arr": []any{[]byte(raw)}, "t": map[string]any{"bin": []byte(raw)}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("fromTable() mismatch (-want +got):\n%s", diff)
+	}
+	back, err := toTable(map[string]any{"bin": []byte(raw), "utf8": []byte("ok"), "arr": []any{[]byte(raw)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantBack := amqp091.Table{"bin": raw, "utf8": []byte("ok"), "arr": []any{raw}}
+	if diff := cmp.Diff(wantBack, back); diff != "" {
+		t.Errorf("toTable() mismatch (-want +got):\n%s", diff)
+	}
+}
+
 // FuzzHeaderConversion builds an amqp091 table from the fuzz input (a small
 // program of value constructors), converts it to protocol values and back:
 // no panic, the result passes amqp091's validation, and a second round trip

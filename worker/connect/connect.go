@@ -61,7 +61,9 @@ import (
 
 // Options are the connection settings, named after Celery's.
 type Options struct {
-	// BrokerURL is broker_url. Empty means memory://.
+	// BrokerURL is broker_url. It is required: Open refuses an empty one
+	// (ErrNoBroker) rather than start on a broker nothing else can reach;
+	// memory:// asks for the in-process broker explicitly.
 	BrokerURL string
 	// ResultBackend is result_backend. Empty means no result backend.
 	ResultBackend string
@@ -107,8 +109,33 @@ type Options struct {
 	DelayedDelivery  string
 	DelayedQueueType string
 
-	// TLS configures amqps:// and rediss:// connections.
+	// TLS configures amqps:// and rediss:// connections, of the broker and
+	// the result backend alike; BrokerSSL and BackendSSL win over it.
 	TLS *tls.Config
+	// BrokerSSL is Celery's broker_use_ssl: certificates from files,
+	// client certificates included. Set, it turns TLS on for amqp:// and
+	// redis:// broker URLs too (amqp:// then defaults to port 5671), as
+	// Celery does.
+	BrokerSSL *SSLOptions
+	// BackendSSL is Celery's redis_backend_use_ssl, for a Redis result
+	// backend (redis:// turns into rediss://) and for the rate limiter of
+	// RateLimitURL.
+	BackendSSL *SSLOptions
+
+	// FailoverStrategy is broker_failover_strategy for several
+	// ';'-separated AMQP URLs: "round-robin" (the default) or "shuffle"
+	// (see transport/amqp.Config.FailoverStrategy).
+	FailoverStrategy string
+	// MasterName and SentinelPassword are the Sentinel settings of a
+	// sentinel:// broker (broker_transport_options master_name, and the
+	// password of sentinel_kwargs); BackendMasterName and
+	// BackendSentinelPassword those of a sentinel:// result backend
+	// (result_backend_transport_options). The rate limiter of a
+	// sentinel:// RateLimitURL uses the backend's, else the broker's.
+	MasterName              string
+	SentinelPassword        string
+	BackendMasterName       string
+	BackendSentinelPassword string
 	// ConnectionName names the AMQP connection and Redis clients, for
 	// rabbitmqctl and CLIENT LIST.
 	ConnectionName string
@@ -118,6 +145,11 @@ type Options struct {
 	// one), so that several transports can share it.
 	Broker *memory.Broker
 }
+
+// ErrNoBroker: Options.BrokerURL is empty. A worker started with a typo in
+// its environment must not come up on an in-process broker, consume
+// nothing and look healthy.
+var ErrNoBroker = errors.New("connect: no broker URL: set broker_url (CELERY_BROKER_URL), or memory:// for an in-process broker")
 
 // FromEnv fills BrokerURL, ResultBackend, RateLimitURL and DatabaseURL
 // from CELERY_BROKER_URL, CELERY_RESULT_BACKEND, CELERIAC_RATE_LIMIT_URL and
@@ -226,7 +258,16 @@ func openRateLimiter(ctx context.Context, o Options, c *Conn) error {
 		c.RateLimiter = membackend.NewRateLimiter()
 		return nil
 	case "redis", "rediss", "sentinel":
-		be, err := redisbackend.New(redisbackend.Config{URL: raw, TLSConfig: o.TLS, Logger: o.Logger})
+		tlsConf, raw, err := backendTLS(o, raw)
+		if err != nil {
+			return fmt.Errorf("connect: rate limit URL %s: %w", Redact(raw), err)
+		}
+		master, sentinelPw := o.BackendMasterName, o.BackendSentinelPassword
+		if master == "" {
+			master, sentinelPw = o.MasterName, o.SentinelPassword
+		}
+		be, err := redisbackend.New(redisbackend.Config{URL: raw, TLSConfig: tlsConf, Logger: o.Logger,
+			MasterName: master, SentinelPassword: sentinelPw})
 		if err != nil {
 			return fmt.Errorf("connect: rate limit URL %s: %w", Redact(raw), err)
 		}
@@ -254,9 +295,12 @@ func Scheme(raw string) string {
 
 func openBroker(ctx context.Context, o Options) (transport.Transport, string, error) {
 	raw := strings.TrimSpace(o.BrokerURL)
+	if raw == "" {
+		return nil, "", ErrNoBroker
+	}
 	switch s := Scheme(raw); s {
 	case "", "memory":
-		if s == "" && raw != "" {
+		if s == "" {
 			// Not silently memory://: a task sent there reaches nobody.
 			return nil, "", fmt.Errorf("connect: broker %q is not a URL (want amqp://, redis://, sentinel:// or memory://)", Redact(raw))
 		}
@@ -275,19 +319,38 @@ func openBroker(ctx context.Context, o Options) (transport.Transport, string, er
 		if err != nil {
 			return nil, "", err
 		}
+		tlsConf := o.TLS
+		if o.BrokerSSL != nil {
+			if tlsConf, err = o.BrokerSSL.TLSConfig(); err != nil {
+				return nil, "", fmt.Errorf("connect: broker_use_ssl: %w", err)
+			}
+			for i, u := range urls {
+				urls[i] = forceScheme(u, "amqp", "amqps")
+			}
+		}
 		tr, err := amqptransport.Dial(ctx, amqptransport.Config{
-			URLs: urls, TLS: o.TLS, ConnectionName: o.ConnectionName, Logger: o.Logger,
+			URLs: urls, TLS: tlsConf, ConnectionName: o.ConnectionName, Logger: o.Logger,
 			DelayedDelivery: mode, DelayedQueueType: o.DelayedQueueType,
+			FailoverStrategy: o.FailoverStrategy,
 		})
 		if err != nil {
 			return nil, "", fmt.Errorf("connect: broker %s: %w", Redact(raw), err)
 		}
 		return tr, "amqp", nil
 	case "redis", "rediss", "sentinel", "redis+socket":
+		tlsConf := o.TLS
+		if o.BrokerSSL != nil {
+			var err error
+			if tlsConf, err = o.BrokerSSL.TLSConfig(); err != nil {
+				return nil, "", fmt.Errorf("connect: broker_use_ssl: %w", err)
+			}
+			raw = forceScheme(raw, "redis", "rediss")
+		}
 		tr, err := redistransport.Dial(ctx, redistransport.Config{
-			URL: raw, TLSConfig: o.TLS, ClientName: o.ConnectionName, Logger: o.Logger,
+			URL: raw, TLSConfig: tlsConf, ClientName: o.ConnectionName, Logger: o.Logger,
 			VisibilityTimeout: o.VisibilityTimeout, GlobalKeyPrefix: o.GlobalKeyPrefix,
 			QueueOrderStrategy: o.QueueOrderStrategy,
+			MasterName:         o.MasterName, SentinelPassword: o.SentinelPassword,
 		})
 		if err != nil {
 			return nil, "", fmt.Errorf("connect: broker %s: %w", Redact(raw), err)
@@ -321,9 +384,14 @@ func openBackend(ctx context.Context, o Options, tr transport.Transport) (backen
 	case "rpc":
 		return rpc.New(tr, rpc.Config{Serializer: serializer})
 	case "redis", "rediss", "sentinel":
+		tlsConf, raw, err := backendTLS(o, raw)
+		if err != nil {
+			return nil, fmt.Errorf("connect: result backend %s: %w", Redact(raw), err)
+		}
 		be, err := redisbackend.New(redisbackend.Config{
-			URL: raw, TLSConfig: o.TLS, ResultExpires: o.ResultExpires,
+			URL: raw, TLSConfig: tlsConf, ResultExpires: o.ResultExpires,
 			Serializer: serializer, Logger: o.Logger,
+			MasterName: o.BackendMasterName, SentinelPassword: o.BackendSentinelPassword,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("connect: result backend %s: %w", Redact(raw), err)

@@ -2,6 +2,7 @@ package connect
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -80,9 +81,19 @@ func TestOpenNotAURL(t *testing.T) {
 			t.Errorf("Open(%+v): %v, want the delayed-delivery setting named", o, err)
 		}
 	}
-	c, err := Open(context.Background(), Options{})
+	// No broker is an error, never a silent in-process broker: a worker
+	// with a typo in its environment would consume nothing and look healthy.
+	for _, u := range []string{"", "  "} {
+		if c, err := Open(context.Background(), Options{BrokerURL: u}); !errors.Is(err, ErrNoBroker) {
+			if c != nil {
+				c.Close()
+			}
+			t.Fatalf("Open with broker %q = %v; want ErrNoBroker", u, err)
+		}
+	}
+	c, err := Open(context.Background(), Options{BrokerURL: "memory://"})
 	if err != nil || c.BrokerScheme != "memory" {
-		t.Fatalf("Open with no broker = %v, %v; want memory", c, err)
+		t.Fatalf("Open(memory://) = %v, %v; want the in-process broker", c, err)
 	}
 	c.Close()
 }

@@ -1,9 +1,16 @@
 #!/usr/bin/python3
 """Capture golden Celery wire data for celeriac's protocol tests.
 
-Run with Debian's python3-celery 5.2.6 / kombu 5.2.4 (see README.md):
+Run with Debian 12's python3-celery 5.2.6 / kombu 5.2.4, and again with
+Debian 13's 5.5.2 / kombu 5.5.3 first on PYTHONPATH (see README.md):
 
     /usr/bin/python3 protocol/testdata/capture/capture.py
+    PYTHONPATH=$HOME/.cache/celeriac/celery-5.5/root/usr/lib/python3/dist-packages \
+        /usr/bin/python3 protocol/testdata/capture/capture.py
+
+5.2 writes protocol/testdata/golden/, 5.5 protocol/testdata/golden/celery55/,
+with the scenarios only 5.5 has (typed JSON, stamping, native delayed
+delivery) added.
 
 It publishes task messages through real brokers with real Celery and writes,
 for every scenario, the raw Redis list item (LRANGE, exact bytes) and the
@@ -70,7 +77,10 @@ from kombu import Exchange, Queue  # noqa: E402
 
 import golden_tasks  # noqa: E402
 
-OUT = os.path.normpath(os.path.join(HERE, '..', 'golden'))
+V55 = celery.__version__.startswith('5.5.')
+if not V55 and not celery.__version__.startswith('5.2.'):
+    sys.exit('capture.py: celery %s is neither 5.2 nor 5.5' % celery.__version__)
+OUT = os.path.normpath(os.path.join(HERE, '..', 'golden', *(['celery55'] if V55 else [])))
 REDIS_URL = os.environ.get('GOLDEN_REDIS_URL', 'redis://127.0.0.1:6379/9')
 AMQP_URL = os.environ.get('GOLDEN_AMQP_URL', 'amqp://guest:guest@127.0.0.1:5672//')
 AMQP_HOST = os.environ.get('GOLDEN_AMQP_HOST', '127.0.0.1:5672')
@@ -91,9 +101,11 @@ class FixedClockCelery(Celery):
 SCENARIOS = []
 
 
-def scenario(name, description, messages=1, **conf):
+def scenario(name, description, messages=1, only55=False, brokers=('redis', 'amqp'), **conf):
     def deco(fn):
-        SCENARIOS.append(dict(name=name, description=description,
+        if only55 and not V55:
+            return fn
+        SCENARIOS.append(dict(name=name, description=description, brokers=brokers,
                               messages=messages, conf=conf, fn=fn))
         return fn
     return deco
@@ -248,6 +260,74 @@ def _options(app, q):
         expires=datetime(2030, 2, 3, 4, 5, 6, tzinfo=timezone.utc))
 
 
+@scenario('bytes_header',
+          "headers={'x-bin': b'\\xff\\x00raw', 'x-utf8': b'ok'} on AMQP: py-amqp writes "
+          "both as long strings ('S'); the first is not valid UTF-8", brokers=('amqp',))
+def _bytes_header(app, q):
+    T(app, 'add').apply_async((2, 3), queue=q, headers={'x-bin': b'\xff\x00raw', 'x-utf8': b'ok'})
+
+
+# Celery 5.5 only. They are numbered after the shared ones, so the shared
+# scenarios keep their ids in both sets.
+
+@scenario('typed_json',
+          'kombu 5.3+ typed JSON of every kind: aware and naive datetime, date, time, '
+          'Decimal, UUID, UTF-8 bytes ("bytes") and other bytes ("base64")', only55=True)
+def _typed_json(app, q):
+    T(app, 'echo').apply_async(
+        (datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc),
+         datetime(2024, 1, 2, 3, 4, 5), date(2024, 1, 2),
+         _time_of_day(13, 14, 15, 161718), Decimal('-1.50'),
+         _uuid_module.UUID('12345678-1234-5678-1234-567812345678'),
+         b'utf8 \xc3\xa9', b'\x00\xff\xfe'),
+        {'nested': {'when': datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=5, minutes=30))),
+                    'amounts': [Decimal('0.1'), Decimal('1E+3')]}},
+        queue=q)
+
+
+class _Visitor:
+    """A StampingVisitor (subclassed lazily: 5.2 has no celery.canvas.StampingVisitor)."""
+
+    @staticmethod
+    def make():
+        from celery.canvas import StampingVisitor
+
+        class V(StampingVisitor):
+            def on_signature(self, sig, **headers):
+                return {'monitoring_id': 'mon-1', 'tenant': ['acme', 7]}
+        return V()
+
+
+@scenario('stamped', 'add.s(2, 3).stamp(visitor=V()): stamped_headers and stamps', only55=True)
+def _stamped(app, q):
+    s = T(app, 'add').s(2, 3)
+    s.stamp(visitor=_Visitor.make())
+    s.apply_async(queue=q)
+
+
+@scenario('stamped_chain',
+          'chain(add.s(1, 2), add.s(3), tsum.s()).stamp(visitor=V()): the stamps are in the '
+          'headers and in every embedded step\'s options', only55=True)
+def _stamped_chain(app, q):
+    c = chain(T(app, 'add').s(1, 2), T(app, 'add').s(3), T(app, 'tsum').s())
+    c.stamp(visitor=_Visitor.make())
+    c.apply_async(queue=q)
+
+
+@scenario('stamped_chord',
+          'chord([add.s(1, 1), add.s(2, 2)], tsum.s()).stamp(visitor=V()): header members '
+          'stamped, the body in embed.chord stamped too', messages=2, only55=True)
+def _stamped_chord(app, q):
+    c = chord([T(app, 'add').s(1, 1), T(app, 'add').s(2, 2)], T(app, 'tsum').s())
+    c.stamp(visitor=_Visitor.make())
+    c.apply_async(queue=q)
+
+
+def _time_of_day(*a):
+    from datetime import time as tod
+    return tod(*a)
+
+
 # ------------------------------------------------------------------- helpers
 
 def write(path, data):
@@ -255,8 +335,19 @@ def write(path, data):
         f.write(data)
 
 
+def _json_default(o):
+    # AMQP header values JSON has no type for, in kombu's typed-JSON
+    # envelopes: py-amqp's bytes (an 'S' that is not UTF-8, or 'x') and
+    # timestamps ('T', as in x-death).
+    if isinstance(o, (bytes, bytearray)):
+        return {'__type__': 'base64', '__value__': base64.b64encode(bytes(o)).decode()}
+    if isinstance(o, datetime):
+        return {'__type__': 'datetime', '__value__': o.isoformat()}
+    raise TypeError('%r is not JSON serializable' % (o,))
+
+
 def write_json(path, obj):
-    write(path, (json.dumps(obj, indent=1, ensure_ascii=False) + '\n').encode())
+    write(path, (json.dumps(obj, indent=1, ensure_ascii=False, default=_json_default) + '\n').encode())
 
 
 def redis_client():
@@ -359,6 +450,8 @@ def run_publish_scenarios(manifest, amqp_names):
         amqp_names.update({q, q + '_ex'})
         entry = {'description': sc['description'], 'queue': q, 'files': {}}
         for broker, url in (('redis', REDIS_URL), ('amqp', AMQP_URL)):
+            if broker not in sc['brokers']:
+                continue
             conf = dict(sc['conf'])
             if 'task_queues' in conf:
                 conf['task_queues'] = [Queue(q, Exchange(q + '_ex', type='direct'),
@@ -405,7 +498,9 @@ class Worker:
 
     def __init__(self, name, queues, env):
         self.name = name
-        e = dict(os.environ, PYTHONPATH=HERE, PYTHONDONTWRITEBYTECODE='1', **env)
+        # The Celery under test (5.5's directory) stays on the path after HERE.
+        path = os.pathsep.join(p for p in (HERE, os.environ.get('PYTHONPATH')) if p)
+        e = dict(os.environ, PYTHONPATH=path, PYTHONDONTWRITEBYTECODE='1', **env)
         self.proc = subprocess.Popen(
             [sys.executable, '-m', 'celery', '-A', 'golden_tasks:worker_app', 'worker',
              '--pool=solo', '-Q', queues, '-n', name + '@golden', '--without-gossip',
@@ -537,6 +632,20 @@ def run_redis_worker_phase(manifest):
                            '5.2 worker after the first step returned 3',
             'queue': PREFIX + 'default', 'files': {'redis': ['chain_next.redis.json']},
             'redis_keys': [PREFIX + 'default'], 'task_id': c.id, 'parent_id': c.parent.id}
+
+        # What the worker derives from a protocol 1 message
+        # (proto1_to_proto2: argsrepr = saferepr of the decoded list).
+        app1 = golden_tasks.make_app('golden_client', broker=REDIS_URL, backend=REDIS_URL,
+                                     task_protocol=1)
+        res = T(app1, 'reqinfo').apply_async((4, 5), {'k': 'v'}, queue=wq)
+        write('result_reqinfo_proto1.json', wait_meta(r, res.id, {'SUCCESS'}))
+        results['result_reqinfo_proto1.json'] = (
+            'reqinfo(4, 5, k="v") sent with task_protocol=1: the argsrepr/kwargsrepr the '
+            'worker derived')
+        app1.close()
+
+        if V55:
+            stamped_worker_messages(app, r, wq, manifest)
     app.close()
 
     IDS.reset(200)
@@ -562,6 +671,109 @@ def run_redis_worker_phase(manifest):
         write('result_success.msgpack', wait_meta(r, res.id, {'SUCCESS'}))
         results['result_success.msgpack'] = "echo('x', 1.5, k=None) with result_serializer=msgpack"
     app.close()
+
+
+def stamped_worker_messages(app, r, wq, manifest):
+    """5.5: a stamped task's retry and a stamped chain's next step, as the
+    worker publishes them; and the request a stamped task sees."""
+    results = manifest['results']
+    out, nxt = PREFIX + 'retry_out_stamped', PREFIX + 'stamped_next'
+    s = T(app, 'retry_me').s(1, out)
+    s.stamp(visitor=_Visitor.make())
+    res = s.apply_async(queue=wq)
+    (item,) = wait_list(r, out, 1)
+    write('retried_stamped.redis.json', item)
+    manifest['scenarios']['retried_stamped'] = {
+        'description': 'the retry a real 5.5 worker published for retry_me(1, ...) stamped with '
+                       'V (self.retry(exc=KeyError, countdown=30, queue=...))',
+        'queue': out, 'files': {'redis': ['retried_stamped.redis.json']}, 'redis_keys': [out],
+        'task_id': res.id}
+
+    c = chain(T(app, 'add').s(1, 2), T(app, 'add').s(3).set(queue=nxt))
+    c.stamp(visitor=_Visitor.make())
+    c = c.apply_async(queue=wq)
+    (item,) = wait_list(r, nxt, 1)
+    write('chain_next_stamped.redis.json', item)
+    manifest['scenarios']['chain_next_stamped'] = {
+        'description': 'second step of chain(add.s(1, 2), add.s(3)).stamp(visitor=V()) as a '
+                       'real 5.5 worker published it',
+        'queue': nxt, 'files': {'redis': ['chain_next_stamped.redis.json']},
+        'redis_keys': [nxt], 'task_id': c.id, 'parent_id': c.parent.id}
+
+    s = T(app, 'reqinfo').s(1)
+    s.stamp(visitor=_Visitor.make())
+    res = s.apply_async(queue=wq)
+    write('result_reqinfo_stamped.json', wait_meta(r, res.id, {'SUCCESS'}))
+    results['result_reqinfo_stamped.json'] = 'reqinfo(1) stamped with V: the stamps the task sees'
+
+
+def run_ndd_phase(manifest, amqp_names):
+    """5.5 native delayed delivery: a countdown and an eta task on a quorum
+    queue, captured as they enter celery_delayed_27 and as they come out of
+    the levels into the queue. The topology is kombu's own; it is removed at
+    the end unless it existed before."""
+    from kombu import Connection
+    from kombu.transport.native_delayed_delivery import (
+        bind_queue_to_native_delayed_delivery_exchange,
+        declare_native_delayed_delivery_exchanges_and_queues)
+    q, tap = PREFIX + 'ndd', PREFIX + 'ndd_tap'
+    amqp_names.update({q, tap})
+    queue = Queue(q, Exchange(q, type='topic'), routing_key=q,
+                  queue_arguments={'x-queue-type': 'quorum'})
+    conn = amqp_conn()
+    try:
+        existed = True
+        try:
+            conn.channel().exchange_declare('celery_delayed_27', 'topic', passive=True)
+        except amqp.exceptions.NotFound:
+            existed = False
+    finally:
+        conn.close()
+    with Connection(AMQP_URL) as kconn:
+        declare_native_delayed_delivery_exchanges_and_queues(kconn, 'quorum')
+        queue.bind(kconn.default_channel).declare()
+        bind_queue_to_native_delayed_delivery_exchange(kconn, queue)
+        # The tap sees each message as the producer published it.
+        tq = Queue(tap, Exchange('celery_delayed_27', type='topic'), routing_key='#.' + q,
+                   durable=False, auto_delete=False)
+        tq.bind(kconn.default_channel).declare()
+    try:
+        cases = [
+            (50, 'ndd_countdown', 'apply_async((2, 3), countdown=2) on a quorum queue: published '
+                                  'to celery_delayed_27 with the 28 bits of 2 before the key',
+             lambda app: T(app, 'add').apply_async((2, 3), countdown=2)),
+            (51, 'ndd_eta', 'apply_async((2, 3), eta=now + 3 s) on a quorum queue: the countdown '
+                            'is recomputed from the eta (3 = bits 1 and 0)',
+             lambda app: T(app, 'add').apply_async((2, 3), eta=FIXED_NOW + timedelta(seconds=3))),
+        ]
+        for ns, name, desc, fn in cases:
+            app = golden_tasks.make_app('golden_capture', broker=AMQP_URL, backend=REDIS_URL,
+                                        app_cls=FixedClockCelery, task_queues=[queue])
+            app.conf.task_default_queue = q
+            IDS.reset(ns)
+            fn(app)
+            (pub,) = amqp_get(tap, 1)
+            write_json(name + '.published.amqp.json', pub)
+            (got,) = amqp_get(q, 1, timeout=30)
+            write_json(name + '.amqp.json', got)
+            manifest['scenarios'][name] = {
+                'description': desc, 'queue': q, 'origin': anon_nodename(),
+                'reply_to': {'amqp': app.thread_oid},
+                'files': {'amqp': [name + '.published.amqp.json', name + '.amqp.json']}}
+            app.close()
+            print('captured', name, file=sys.stderr)
+    finally:
+        if not existed:
+            conn = amqp_conn()
+            try:
+                for level in range(28):
+                    n = 'celery_delayed_%d' % level
+                    ch = conn.channel()
+                    ch.queue_delete(n)
+                    ch.exchange_delete(n)
+                conn.channel().exchange_delete('celery_delayed_delivery')
+            finally:
+                conn.close()
 
 
 def run_amqp_worker_phase(manifest, amqp_names):
@@ -591,6 +803,15 @@ def run_amqp_worker_phase(manifest, amqp_names):
         e = manifest['scenarios']['retried']
         e['files']['amqp'] = ['retried.amqp.json']
         e['amqp_task_id'] = res.id
+
+        # py-amqp hands a worker bytes for an 'S' header that is not UTF-8.
+        res = T(app, 'reqinfo').apply_async(
+            (1,), queue=wq, reply_to=reply, headers={'x-bin': b'\xff\x00raw', 'x-utf8': b'ok'})
+        (p,) = amqp_get(reply, 1, timeout=30)
+        write_json('result_rpc_reqinfo_bytes.amqp.json', p)
+        results['result_rpc_reqinfo_bytes.amqp.json'] = (
+            "reqinfo(1) with headers={'x-bin': b'\\xff\\x00raw', 'x-utf8': b'ok'}: the "
+            "Python types the worker saw")
     app.close()
 
 
@@ -612,6 +833,8 @@ def main():
         run_publish_scenarios(manifest, amqp_names)
         run_redis_worker_phase(manifest)
         run_amqp_worker_phase(manifest, amqp_names)
+        if V55:
+            run_ndd_phase(manifest, amqp_names)
     finally:
         r.flushdb()
         amqp_cleanup(amqp_names)

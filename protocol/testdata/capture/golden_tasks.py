@@ -10,10 +10,23 @@ import os
 import time
 
 from celery import Celery
+from celery.signals import task_received
 
 # Everything lives under these prefixes so that captures never touch queues,
 # exchanges or Redis keys of other users of the shared brokers.
 PREFIX = 'golden_'
+
+
+# argsrepr/kwargsrepr of every request the worker received, by task id: for
+# protocol 1 the worker derives them (proto1_to_proto2) on its Request, and
+# the task's own context does not carry them. The pool is solo, so the task
+# runs in this process and reads them back.
+RECEIVED = {}
+
+
+@task_received.connect
+def _record_received(sender=None, request=None, **kwargs):
+    RECEIVED[request.id] = {'argsrepr': request.argsrepr, 'kwargsrepr': request.kwargsrepr}
 
 
 class GoldenError(Exception):
@@ -47,6 +60,23 @@ def register(app):
     def slow(seconds):
         time.sleep(seconds)
         return seconds
+
+    @app.task(name='golden.reqinfo', bind=True)
+    def reqinfo(self, *args, **kwargs):
+        # What the worker derived from the message: argsrepr/kwargsrepr (for
+        # protocol 1, proto1_to_proto2 computes them), stamps, and the Python
+        # type and repr of every x-* header.
+        req = self.request
+        headers = {k: [type(v).__name__, repr(v)]
+                   for k, v in sorted((req.headers or {}).items()) if k.startswith('x-')}
+        for k in dir(req):
+            if k.startswith('x-'):
+                v = getattr(req, k)
+                headers[k] = [type(v).__name__, repr(v)]
+        return {'argsrepr': req.argsrepr, 'kwargsrepr': req.kwargsrepr,
+                'received': RECEIVED.pop(req.id, None),
+                'stamped_headers': getattr(req, 'stamped_headers', None),
+                'stamps': getattr(req, 'stamps', None), 'x_headers': headers}
 
     @app.task(name='golden.retry_me', bind=True, max_retries=3)
     def retry_me(self, n, out_queue):
