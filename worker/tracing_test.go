@@ -89,7 +89,7 @@ func TestTracingRunSpanContinuesThePythonTrace(t *testing.T) {
 	}
 	for k, want := range map[string]string{"celery.action": "run", "celery.task_name": "tasks.add", "celery.state": "SUCCESS",
 		"messaging.message.id": id, "messaging.destination": "q", "celery.hostname": h.w.Hostname()} {
-		if got := attr(s, k).Emit(); got != want {
+		if got := attr(s, k).String(); got != want {
 			t.Errorf("%s = %q, want %q", k, got, want)
 		}
 	}
@@ -123,7 +123,7 @@ func TestTracingFailureAndRetry(t *testing.T) {
 	h.wait(h.send("tasks.fail", nil, nil, worker.Headers(map[string]any{"traceparent": pyTraceparen})))
 	f := waitSpans(t, rec, "run/tasks.fail", 1)[0]
 	if f.Status().Code != codes.Error || attr(f, "celery.state").AsString() != "FAILURE" {
-		t.Errorf("failed run: status %v, state %v", f.Status(), attr(f, "celery.state").Emit())
+		t.Errorf("failed run: status %v, state %v", f.Status(), attr(f, "celery.state").String())
 	}
 	var exc *sdktrace.Event
 	for i, e := range f.Events() {
@@ -147,7 +147,7 @@ func TestTracingFailureAndRetry(t *testing.T) {
 	runs := waitSpans(t, rec, "run/tasks.again", 2)
 	first, second := runs[0], runs[1]
 	if attr(first, "celery.state").AsString() != "RETRY" || attr(first, "celery.retry.reason").AsString() != "not yet" {
-		t.Errorf("first attempt: state %v, reason %v", attr(first, "celery.state").Emit(), attr(first, "celery.retry.reason").Emit())
+		t.Errorf("first attempt: state %v, reason %v", attr(first, "celery.state").String(), attr(first, "celery.retry.reason").String())
 	}
 	pubs := spansNamed(rec, "apply_async/tasks.again")
 	if len(pubs) != 1 || pubs[0].SpanKind() != trace.SpanKindProducer || pubs[0].Parent().SpanID() != first.SpanContext().SpanID() {
