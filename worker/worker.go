@@ -24,6 +24,7 @@ type Worker struct {
 	cfg      Config
 	log      *zap.Logger
 	producer *Producer
+	tracing  *tracing // nil: tracing off
 
 	started   atomic.Bool
 	cold      chan struct{}
@@ -113,10 +114,13 @@ func New(tr transport.Transport, mux *Mux, cfg Config) (*Worker, error) {
 				zap.String("task_name", name), zap.String("global_rate_limit", o.GlobalRateLimit))
 		}
 	}
+	w.tracing = newTracing(cfg.TracerProvider, cfg.Propagator)
 	w.producer = NewProducer(tr, ProducerConfig{
-		DefaultQueue: cfg.DefaultQueue,
-		Routes:       routes,
-		Origin:       cfg.Hostname,
+		DefaultQueue:   cfg.DefaultQueue,
+		Routes:         routes,
+		Origin:         cfg.Hostname,
+		TracerProvider: cfg.TracerProvider,
+		Propagator:     cfg.Propagator,
 	})
 	w.events = newEvents(w, tr, w.clock)
 	return w, nil
