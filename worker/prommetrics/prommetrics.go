@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/worker"
 )
 
@@ -34,10 +35,14 @@ type Metrics struct {
 	waits    *prometheus.CounterVec
 	waitSecs *prometheus.HistogramVec
 	rejected *prometheus.CounterVec
+	lost     *prometheus.CounterVec
 	gauges   *statsCollector
 }
 
-var _ worker.Observer = (*Metrics)(nil)
+var (
+	_ worker.Observer     = (*Metrics)(nil)
+	_ worker.LossObserver = (*Metrics)(nil)
+)
 
 // New registers celeriac's metrics on reg (a new registry when nil).
 func New(reg *prometheus.Registry) *Metrics {
@@ -66,9 +71,12 @@ func New(reg *prometheus.Registry) *Metrics {
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "messages_rejected_total",
 			Help: "Messages dead-lettered before any handler ran, by reason (invalid, content-type, too-large, not-registered, ...)."},
 			[]string{"reason"}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "results_lost_total",
+			Help: "Task states that could not be stored within the settle budget (the result backend stayed down), by state."},
+			[]string{"state"}),
 		gauges: &statsCollector{},
 	}
-	reg.MustRegister(m.received, m.started, m.finished, m.runtime, m.waits, m.waitSecs, m.rejected, m.gauges,
+	reg.MustRegister(m.received, m.started, m.finished, m.runtime, m.waits, m.waitSecs, m.rejected, m.lost, m.gauges,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -155,6 +163,9 @@ func (m *Metrics) TaskFinished(name string, o worker.Outcome, runtime time.Durat
 
 // MessageRejected implements worker.Observer.
 func (m *Metrics) MessageRejected(reason string) { m.rejected.WithLabelValues(reason).Inc() }
+
+// ResultLost implements worker.LossObserver.
+func (m *Metrics) ResultLost(state protocol.State) { m.lost.WithLabelValues(string(state)).Inc() }
 
 // Handler serves /metrics, /healthz (the process answers) and /readyz
 // (ready reports nil: for a worker, that its broker connection works).
