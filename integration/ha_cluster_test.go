@@ -28,14 +28,15 @@ func TestHAClusterFaults(t *testing.T) {
 
 	// Python publishes everything first, through the third node, in two
 	// processes: the workers then drain a backlog, so their throughput is
-	// what is measured. Each task sleeps 50 ms (160 tasks/s at most for the
-	// 8 slots), so that the run lasts through two faults and a restart.
+	// what is measured. Each task sleeps 60 ms (133 tasks/s at most for the
+	// 8 slots), so that the run lasts through two faults and a restart of
+	// a node (which takes 20-45 s on a loaded machine).
 	pubStart := time.Now()
 	var pubs []*publisher
 	for i := range 2 {
 		pubs = append(pubs, startFltPublisher(t, n/2, map[string]string{
 			"IT_BROKER": c.urls(2), "IT_QUEUE": r.queue, "IT_QUEUE_ARGS": `{"x-queue-type": "quorum"}`,
-			"IT_OFFSET": fmt.Sprint(i * (n / 2)), "IT_SLEEP_MS": "50"}))
+			"IT_OFFSET": fmt.Sprint(i * (n / 2)), "IT_SLEEP_MS": "60"}))
 	}
 	for _, p := range pubs {
 		if err := p.wait(5 * time.Minute); err != nil {
@@ -74,7 +75,7 @@ func TestHAClusterFaults(t *testing.T) {
 	// its leader usually is, so that stopping the leader moves b too.
 	b := startFltWorker(t, wcfg("b", 2))
 	healthyFrom := r.waitCount(n/20, 3*time.Minute, a, b)
-	healthyTo := r.waitCount(n/4, 3*time.Minute, a, b)
+	healthyTo := r.waitCount(n/5, 3*time.Minute, a, b)
 	healthy := r.rate(healthyFrom, healthyTo)
 
 	// Fault 1: kill -9 the node worker a consumes from.
@@ -86,7 +87,7 @@ func TestHAClusterFaults(t *testing.T) {
 	killedAt := time.Now()
 	c.nodes[aNode].kill9()
 	t.Logf("%d effects: node %s (worker a's) killed -9", r.fr.effectCount(), c.nodes[aNode].name)
-	degraded1To := r.waitCount(n*45/100, 3*time.Minute, a, b)
+	degraded1To := r.waitCount(n*40/100, 3*time.Minute, a, b)
 	degraded1 := r.rate(killedAt, degraded1To)
 	resumeA, ok := resumedAfter(a.Log(), "amqp consumer resumed", killedAt)
 	if !ok {
@@ -106,13 +107,13 @@ func TestHAClusterFaults(t *testing.T) {
 		t.Fatalf("the killed node did not rejoin: %v\n%s", err, out)
 	}
 	rejoined := time.Since(killedAt).Seconds()
-	if r.fr.effectCount() >= n*55/100 {
-		t.Logf("the run passed 55%% before the killed node rejoined (%.1f s after the kill): the leader stop comes later than planned", rejoined)
+	if r.fr.effectCount() >= n/2 {
+		t.Logf("the run passed 50%% before the killed node rejoined (%.1f s after the kill): the leader stop comes later than planned", rejoined)
 	}
 
 	// Fault 2: stop the node leading the quorum queue.
-	r.waitCount(n*55/100, 3*time.Minute, a, b)
-	if r.fr.effectCount() >= n*80/100 {
+	r.waitCount(n/2, 3*time.Minute, a, b)
+	if r.fr.effectCount() >= n*95/100 {
 		t.Fatalf("%d of %d effects before the leader stop: the run is too short to measure it (killed node rejoined after %.1f s)", r.fr.effectCount(), n, rejoined)
 	}
 	leader, _, err = c.queueInfo(r.queue)
@@ -133,7 +134,7 @@ func TestHAClusterFaults(t *testing.T) {
 	c.nodes[li].stop()
 	stopSecs := time.Since(stoppedAt).Seconds()
 	t.Logf("%d effects: quorum leader %s stopped (%.1f s), used by workers %v", r.fr.effectCount(), leader, stopSecs, users)
-	degraded2To := r.waitCount(n*80/100, 3*time.Minute, a, b)
+	degraded2To := r.waitCount(min(r.fr.effectCount()+n/5, n), 3*time.Minute, a, b)
 	degraded2 := r.rate(stoppedAt, degraded2To)
 	pause2 := r.longestPause(stoppedAt, degraded2To)
 	for name, p := range map[string]*fltProc{"a": a, "b": b} {
