@@ -491,15 +491,6 @@ func (r *redisNode) signal(sig syscall.Signal) {
 	_ = cmd.Process.Kill()
 }
 
-func (r *redisNode) pid() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cmd == nil {
-		return 0
-	}
-	return r.cmd.Process.Pid
-}
-
 func (r *redisNode) addr() string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
 
 // sentinelSet is a master, a replica and 3 Sentinels monitoring them as
