@@ -23,29 +23,35 @@ import (
 
 // settings is the JSON configuration file: Celery setting names.
 type settings struct {
-	BrokerURL              urlList                   `json:"broker_url"`
-	ResultBackend          string                    `json:"result_backend"`
-	BrokerTransportOptions transportOpts             `json:"broker_transport_options"`
-	BackendTransportOpts   transportOpts             `json:"result_backend_transport_options"`
-	BrokerFailoverStrategy string                    `json:"broker_failover_strategy"`
-	BrokerUseSSL           *sslSetting               `json:"broker_use_ssl"`
-	RedisBackendUseSSL     *sslSetting               `json:"redis_backend_use_ssl"`
-	ResultExpires          *float64                  `json:"result_expires"`
-	ResultSerializer       string                    `json:"result_serializer"`
-	ResultExtended         *bool                     `json:"result_extended"`
-	TaskDefaultQueue       string                    `json:"task_default_queue"`
-	TaskQueues             []string                  `json:"task_queues"`
-	TaskAcksLate           *bool                     `json:"task_acks_late"`
-	TaskAcksOnFailure      *bool                     `json:"task_acks_on_failure_or_timeout"`
-	TaskTrackStarted       *bool                     `json:"task_track_started"`
-	TaskTimeLimit          *float64                  `json:"task_time_limit"`
-	TaskSoftTimeLimit      *float64                  `json:"task_soft_time_limit"`
-	WorkerConcurrency      *int                      `json:"worker_concurrency"`
-	WorkerPrefetchMult     *int                      `json:"worker_prefetch_multiplier"`
-	WorkerSendTaskEvents   *bool                     `json:"worker_send_task_events"`
-	WorkerEtaTaskLimit     *int                      `json:"worker_eta_task_limit"`
-	TaskRoutes             map[string]any            `json:"task_routes"`
-	QueueArguments         map[string]map[string]any `json:"celeriac_queue_arguments"`
+	BrokerURL              urlList       `json:"broker_url"`
+	ResultBackend          string        `json:"result_backend"`
+	BrokerTransportOptions transportOpts `json:"broker_transport_options"`
+	BackendTransportOpts   transportOpts `json:"result_backend_transport_options"`
+	BrokerFailoverStrategy string        `json:"broker_failover_strategy"`
+	BrokerUseSSL           *sslSetting   `json:"broker_use_ssl"`
+	RedisBackendUseSSL     *sslSetting   `json:"redis_backend_use_ssl"`
+	ResultExpires          *float64      `json:"result_expires"`
+	ResultSerializer       string        `json:"result_serializer"`
+	ResultExtended         *bool         `json:"result_extended"`
+	// Celery's database backend settings (db+postgresql://), and the
+	// database URL of django-db (celeriac's: Django keeps it in DATABASES).
+	DatabaseURL                string                    `json:"database_url"`
+	DatabaseTableNames         map[string]string         `json:"database_table_names"`
+	DatabaseTableSchemas       map[string]string         `json:"database_table_schemas"`
+	DatabaseShortLivedSessions *bool                     `json:"database_short_lived_sessions"`
+	TaskDefaultQueue           string                    `json:"task_default_queue"`
+	TaskQueues                 []string                  `json:"task_queues"`
+	TaskAcksLate               *bool                     `json:"task_acks_late"`
+	TaskAcksOnFailure          *bool                     `json:"task_acks_on_failure_or_timeout"`
+	TaskTrackStarted           *bool                     `json:"task_track_started"`
+	TaskTimeLimit              *float64                  `json:"task_time_limit"`
+	TaskSoftTimeLimit          *float64                  `json:"task_soft_time_limit"`
+	WorkerConcurrency          *int                      `json:"worker_concurrency"`
+	WorkerPrefetchMult         *int                      `json:"worker_prefetch_multiplier"`
+	WorkerSendTaskEvents       *bool                     `json:"worker_send_task_events"`
+	WorkerEtaTaskLimit         *int                      `json:"worker_eta_task_limit"`
+	TaskRoutes                 map[string]any            `json:"task_routes"`
+	QueueArguments             map[string]map[string]any `json:"celeriac_queue_arguments"`
 	// Celery 5.5's quorum-queue settings.
 	TaskDefaultExchangeType string `json:"task_default_exchange_type"`
 	TaskDefaultQueueType    string `json:"task_default_queue_type"`
@@ -288,6 +294,17 @@ func (g *globalFlags) options() connect.Options {
 		o.ResultExpires = seconds(*g.file.ResultExpires)
 	}
 	o.ResultSerializer = g.file.ResultSerializer
+	if g.file.ResultExtended != nil {
+		o.ResultExtended = *g.file.ResultExtended
+	}
+	if o.DatabaseURL == "" {
+		o.DatabaseURL = g.file.DatabaseURL
+	}
+	o.DatabaseTableNames = g.file.DatabaseTableNames
+	o.DatabaseTableSchemas = g.file.DatabaseTableSchemas
+	if v := g.file.DatabaseShortLivedSessions; v != nil {
+		o.DatabaseShortLivedSessions = *v
+	}
 	o.DelayedQueueType = g.file.DelayedQueueType
 	if d := g.file.DetectQuorumQueues; d != nil && !*d {
 		// Celery: no quorum detection, no DelayedDelivery bootstep.

@@ -244,6 +244,7 @@ func workerSetup(fl *pflag.FlagSet, g *globalFlags, f *workerFlags) (worker.Conf
 	}
 
 	o := g.options()
+	o.ResultExtended = cfg.ResultExtended
 	if set("visibility-timeout") {
 		o.VisibilityTimeout = seconds(f.visibilityTimeout)
 	}

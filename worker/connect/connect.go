@@ -11,7 +11,12 @@
 // Broker URLs: amqp://, amqps:// and pyamqp:// (RabbitMQ; several URLs
 // separated by ';' fail over in order), redis://, rediss:// and
 // sentinel:// (Redis, with kombu's conventions), memory:// (in-process).
-// Result backends: redis://, rediss://, sentinel://, rpc:// and memory://.
+// Result backends: redis://, rediss://, sentinel://, rpc:// and memory://,
+// and PostgreSQL through Celery's database backends (backend/sql):
+// db+postgresql:// (any +driver, such as db+postgresql+psycopg2://) for
+// Celery's SQLAlchemy tables, and django-db for django-celery-results',
+// whose database URL is Options.DatabaseURL (CELERIAC_DATABASE_URL), since a
+// Go worker cannot read Django's settings.
 // With a Redis result backend, Conn.Idempotency is the store that
 // worker.Idempotent shares across the fleet:
 //
@@ -46,6 +51,7 @@ import (
 	membackend "github.com/celeriac/celeriac/backend/memory"
 	redisbackend "github.com/celeriac/celeriac/backend/redis"
 	"github.com/celeriac/celeriac/backend/rpc"
+	sqlbackend "github.com/celeriac/celeriac/backend/sql"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 	amqptransport "github.com/celeriac/celeriac/transport/amqp"
@@ -78,6 +84,21 @@ type Options struct {
 	// result_serializer (default json).
 	ResultExpires    time.Duration
 	ResultSerializer string
+	// ResultExtended is result_extended. The database backends need it
+	// to know which columns to create and fill.
+	ResultExtended bool
+
+	// DatabaseURL is the PostgreSQL URL of a django-db result backend
+	// (celeriac's setting: Django keeps it in DATABASES), or Celery's
+	// database_url for result_backend = "database".
+	DatabaseURL string
+	// DatabaseTableNames, DatabaseTableSchemas and
+	// DatabaseShortLivedSessions are Celery's database_table_names,
+	// database_table_schemas ({"task": ..., "group": ...}) and
+	// database_short_lived_sessions, for db+ backends.
+	DatabaseTableNames         map[string]string
+	DatabaseTableSchemas       map[string]string
+	DatabaseShortLivedSessions bool
 
 	// DelayedDelivery is RabbitMQ's native delayed delivery (Celery 5.5,
 	// for quorum queues; see transport/amqp.Config.DelayedDelivery):
@@ -130,10 +151,13 @@ type Options struct {
 // nothing and look healthy.
 var ErrNoBroker = errors.New("connect: no broker URL: set broker_url (CELERY_BROKER_URL), or memory:// for an in-process broker")
 
-// FromEnv fills BrokerURL, ResultBackend and RateLimitURL from
-// CELERY_BROKER_URL, CELERY_RESULT_BACKEND and CELERIAC_RATE_LIMIT_URL when
-// they are empty.
+// FromEnv fills BrokerURL, ResultBackend, RateLimitURL and DatabaseURL
+// from CELERY_BROKER_URL, CELERY_RESULT_BACKEND, CELERIAC_RATE_LIMIT_URL and
+// CELERIAC_DATABASE_URL when they are empty.
 func FromEnv(o Options) Options {
+	if o.DatabaseURL == "" {
+		o.DatabaseURL = os.Getenv("CELERIAC_DATABASE_URL")
+	}
 	if o.BrokerURL == "" {
 		o.BrokerURL = os.Getenv("CELERY_BROKER_URL")
 	}
@@ -346,6 +370,9 @@ func openBackend(ctx context.Context, o Options, tr transport.Transport) (backen
 	case "msgpack":
 		serializer = protocol.ContentTypeMsgpack
 	}
+	if strings.HasPrefix(strings.ToLower(raw), "db+") || raw == "django-db" || raw == "database" {
+		return openSQLBackend(ctx, o, raw, serializer)
+	}
 	switch s := Scheme(raw); s {
 	case "":
 		if raw == "" || raw == "disabled" {
@@ -377,8 +404,33 @@ func openBackend(ctx context.Context, o Options, tr transport.Transport) (backen
 		}
 		return be, nil
 	default:
-		return nil, fmt.Errorf("connect: unsupported result backend %q in %s (want redis://, rpc:// or memory://)", s, Redact(raw))
+		return nil, fmt.Errorf("connect: unsupported result backend %q in %s (want redis://, rpc://, db+postgresql://, django-db or memory://)", s, Redact(raw))
 	}
+}
+
+// openSQLBackend opens Celery's SQLAlchemy backend (db+postgresql://...,
+// or "database" with DatabaseURL) or django-celery-results' (django-db
+// with DatabaseURL).
+func openSQLBackend(ctx context.Context, o Options, raw, serializer string) (backend.Backend, error) {
+	cfg := sqlbackend.Config{
+		URL: raw, Extended: o.ResultExtended, Serializer: serializer, ResultExpires: o.ResultExpires,
+		TableNames: o.DatabaseTableNames, TableSchemas: o.DatabaseTableSchemas,
+		ShortLivedSessions: o.DatabaseShortLivedSessions, Logger: o.Logger,
+	}
+	if raw == "django-db" || raw == "database" {
+		if strings.TrimSpace(o.DatabaseURL) == "" {
+			return nil, fmt.Errorf("connect: result backend %s needs the database URL (CELERIAC_DATABASE_URL, or database_url in the config file)", raw)
+		}
+		cfg.URL = o.DatabaseURL
+		if raw == "django-db" {
+			cfg.Schema = sqlbackend.Django
+		}
+	}
+	be, err := sqlbackend.New(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: result backend %s: %w", Redact(cfg.URL), err)
+	}
+	return be, nil
 }
 
 // Redact hides the password of every URL in raw (';'-separated), so that
@@ -393,14 +445,28 @@ func Redact(raw string) string {
 		}
 		// A URL without a password is left as written: u.String() would
 		// turn memory:// into memory: in the logs.
+		changed := false
+		var leak, safe string
 		if u.User != nil {
 			if pw, has := u.User.Password(); has {
-				leak := url.UserPassword(u.User.Username(), pw).String() + "@"
-				safe := url.UserPassword(u.User.Username(), "xxx").String() + "@"
+				leak = url.UserPassword(u.User.Username(), pw).String() + "@"
+				safe = url.UserPassword(u.User.Username(), "xxx").String() + "@"
 				u.User = url.UserPassword(u.User.Username(), "xxx")
+				changed = true
+			}
+		}
+		// libpq and pgx also take the password as a query parameter.
+		if q, err := url.ParseQuery(u.RawQuery); err == nil && q.Has("password") {
+			q.Set("password", "xxx")
+			u.RawQuery = q.Encode()
+			changed = true
+		}
+		if changed {
+			parts[i] = u.String()
+			if leak != "" {
 				// The credentials may be written again in the query or the
 				// fragment (found by FuzzRedact): hide every copy.
-				parts[i] = strings.ReplaceAll(u.String(), leak, safe)
+				parts[i] = strings.ReplaceAll(parts[i], leak, safe)
 			}
 		}
 	}

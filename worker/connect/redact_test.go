@@ -22,6 +22,9 @@ func TestRedact(t *testing.T) {
 		{"sentinel://:pw@s1:26379;sentinel://:pw@s2:26379", "sentinel://:xxx@s1:26379;sentinel://:xxx@s2:26379"},
 		{"rediss://:p%40ss@host:6380/0?ssl_cert_reqs=CERT_NONE", "rediss://:xxx@host:6380/0?ssl_cert_reqs=CERT_NONE"},
 		{"redis://:pw@[::1", "<unparsable url>"},
+		{"db+postgresql+psycopg2://celery:s3cret@db:5432/results", "db+postgresql+psycopg2://celery:xxx@db:5432/results"},
+		{"postgres://db/results?user=celery&password=s3cret", "postgres://db/results?password=xxx&user=celery"},
+		{"django-db", "django-db"},
 	} {
 		if got := Redact(tc.in); got != tc.want {
 			t.Errorf("Redact(%q) = %q, want %q", tc.in, got, tc.want)

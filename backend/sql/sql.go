@@ -1,0 +1,277 @@
+package sql
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/celeriac/celeriac/backend"
+	"github.com/celeriac/celeriac/protocol"
+)
+
+// Backend stores task states in PostgreSQL, in Celery's database backend
+// tables or django-celery-results' (see the package doc). It is safe for
+// concurrent use.
+type Backend struct {
+	pool   *pgxpool.Pool
+	s      *settings
+	schema Schema
+	// columns of the task table, read at New (SQLAlchemy): extended
+	// columns are written only when the table has them.
+	hasExtended bool
+
+	mu       sync.RWMutex
+	closed   bool
+	inflight sync.WaitGroup
+
+	storeRetries  atomic.Int64
+	storeFailures atomic.Int64
+}
+
+var (
+	_ backend.Backend = (*Backend)(nil)
+	_ backend.Chords  = (*Backend)(nil)
+)
+
+// New connects to the database and, for SQLAlchemy, creates the tables and
+// sequences that are missing, as Celery does on first use. For Django it
+// checks that the migrated tables exist. ctx bounds the setup.
+func New(ctx context.Context, cfg Config) (*Backend, error) {
+	s, err := cfg.settings()
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, s.pool)
+	if err != nil {
+		return nil, fmt.Errorf("sql backend: %w", err)
+	}
+	b := &Backend{pool: pool, s: s, schema: cfg.Schema}
+	setup := b.prepareSQLAlchemy
+	if cfg.Schema == Django {
+		setup = b.checkDjango
+	}
+	if err := b.retry(ctx, "setup", setup); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// Ping checks that the database answers.
+func (b *Backend) Ping(ctx context.Context) error {
+	if err := b.enter(); err != nil {
+		return err
+	}
+	defer b.inflight.Done()
+	ctx, cancel := context.WithTimeout(ctx, b.s.stmtTimeout)
+	defer cancel()
+	if err := b.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("sql backend: ping: %w", err)
+	}
+	return nil
+}
+
+// Stats are counters of the backend's writes.
+type Stats struct {
+	// StoreRetries counts attempts repeated after a transient error (the
+	// server restarting, a dropped connection).
+	StoreRetries int64
+	// StoreFailures counts Store and ChordPartReturn calls that gave up:
+	// the result was not written. Each is also logged at error level.
+	StoreFailures int64
+}
+
+// Stats returns the counters.
+func (b *Backend) Stats() Stats {
+	return Stats{StoreRetries: b.storeRetries.Load(), StoreFailures: b.storeFailures.Load()}
+}
+
+func (b *Backend) enter() error {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return backend.ErrClosed
+	}
+	b.inflight.Add(1)
+	return nil
+}
+
+// Close waits for calls in progress, then closes the pool. Later calls,
+// including Close, return ErrClosed.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return backend.ErrClosed
+	}
+	b.closed = true
+	b.mu.Unlock()
+	b.inflight.Wait()
+	b.pool.Close()
+	return nil
+}
+
+// Store writes a state with one upsert that leaves a stored SUCCESS alone.
+// A transient failure (the server restarting, a dropped connection) is
+// retried with backoff until ctx ends: the caller's budget bounds the
+// retries. A write that fails for good is logged and counted (Stats).
+func (b *Backend) Store(ctx context.Context, r backend.StoreRequest) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m := r.Meta
+	switch {
+	case m == nil:
+		return errors.New("sql backend: Store: nil meta")
+	case m.TaskID == "":
+		return errors.New("sql backend: Store: empty task id")
+	case m.Status == "":
+		return fmt.Errorf("sql backend: Store %s: empty status", m.TaskID)
+	}
+	if err := b.enter(); err != nil {
+		return err
+	}
+	defer b.inflight.Done()
+	var (
+		q    string
+		args []any
+		err  error
+	)
+	if b.schema == Django {
+		q, args, err = b.djangoStore(m)
+	} else {
+		q, args, err = b.sqlaStore(m)
+	}
+	if err != nil {
+		b.fail("store", m.TaskID, err)
+		return fmt.Errorf("sql backend: store %s: %w", m.TaskID, err)
+	}
+	err = b.retry(ctx, "store", func(ctx context.Context) error {
+		_, err := b.pool.Exec(ctx, q, args...)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+			b.fail("store", m.TaskID, err)
+		}
+		return fmt.Errorf("sql backend: store %s: %w", m.TaskID, err)
+	}
+	return nil
+}
+
+// fail logs and counts a write that will not happen.
+func (b *Backend) fail(op, id string, err error) {
+	b.storeFailures.Add(1)
+	b.s.log.Error("sql backend: result not written", zap.String("op", op), zap.String("task_id", id), zap.Error(err))
+}
+
+// Get reads a task's state, or returns ErrNotFound. With the SQLAlchemy
+// schema the result itself is a pickle, which celeriac never reads: Result
+// is nil (see the package doc).
+func (b *Backend) Get(ctx context.Context, taskID string) (*protocol.ResultMeta, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := b.enter(); err != nil {
+		return nil, err
+	}
+	defer b.inflight.Done()
+	var m *protocol.ResultMeta
+	err := b.retry(ctx, "get", func(ctx context.Context) error {
+		var err error
+		if b.schema == Django {
+			m, err = b.djangoGet(ctx, taskID)
+		} else {
+			m, err = b.sqlaGet(ctx, taskID)
+		}
+		return err
+	})
+	if errors.Is(err, backend.ErrNotFound) {
+		return nil, backend.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sql backend: get %s: %w", taskID, err)
+	}
+	return m, nil
+}
+
+// retry runs f, each attempt under the statement timeout, until it
+// succeeds, fails for good, or ctx ends.
+func (b *Backend) retry(ctx context.Context, op string, f func(context.Context) error) error {
+	delay := 50 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, b.s.stmtTimeout)
+		err := f(actx)
+		cancel()
+		if err == nil || !transient(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return errors.Join(ctx.Err(), err)
+		}
+		b.storeRetries.Add(1)
+		b.s.log.Warn("sql backend: retrying after a transient error", zap.String("op", op), zap.Int("attempt", attempt+1), zap.Error(err))
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(ctx.Err(), err)
+		case <-t.C:
+		}
+		delay = min(delay*2, time.Second)
+	}
+}
+
+// transient reports whether err may go away by itself: the connection
+// broke or the server is restarting or shutting down, a statement ran
+// into its timeout, or a transaction lost a serialization race.
+func transient(err error) bool {
+	if errors.Is(err, backend.ErrNotFound) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case len(pe.Code) >= 2 && pe.Code[:2] == "08": // connection exception
+			return true
+		case pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03": // shutdown, crash, starting up
+			return true
+		case pe.Code == "40001", pe.Code == "40P01": // serialization failure, deadlock
+			return true
+		case pe.Code == "57014": // statement_timeout
+			return true
+		}
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	// pgx reports a connection closed under a query this way.
+	return errors.Is(err, net.ErrClosed) || isConnClosed(err)
+}
+
+func isConnClosed(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if e.Error() == "conn closed" || e.Error() == "unexpected EOF" {
+			return true
+		}
+	}
+	return false
+}
