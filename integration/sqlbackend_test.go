@@ -74,9 +74,15 @@ func pgExec(t testing.TB, sqls ...string) {
 // pgQuery returns the rows of a query as strings.
 func pgQuery(t testing.TB, q string, args ...any) [][]string {
 	t.Helper()
+	return pgQueryURL(t, pgURL(t), q, args...)
+}
+
+// pgQueryURL is pgQuery on the database at url.
+func pgQueryURL(t testing.TB, url, q string, args ...any) [][]string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, pgURL(t))
+	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}

@@ -48,7 +48,7 @@ const (
 const maxPickleDepth = protocol.MaxDepthLimit
 
 // errPickleDepth is returned for values nested deeper than maxPickleDepth.
-var errPickleDepth = errors.New("pickle: value nested too deeply")
+var errPickleDepth = fmt.Errorf("%w: pickle: value nested too deeply", protocol.ErrUnencodable)
 
 // EncodePickle returns the pickle (protocol 3) of v as Python's
 // pickle.dumps would write the value Celery's database backend stores in
@@ -197,14 +197,17 @@ func (e *pickler) value(v any, depth int) error {
 // serializer would carry it (typed, so times and bytes keep their type).
 func (e *pickler) converted(v any, depth int) error {
 	data, err := protocol.AppendJSON(nil, v, protocol.JSONOptions{Typed: true})
-	if err != nil {
-		return fmt.Errorf("pickle: %w", err)
+	if err == nil {
+		var w any
+		if w, err = protocol.DecodeJSON(data, protocol.DecodeOptions{}); err == nil {
+			return e.value(w, depth)
+		}
 	}
-	w, err := protocol.DecodeJSON(data, protocol.DecodeOptions{})
-	if err != nil {
+	if errors.Is(err, protocol.ErrUnencodable) {
 		return fmt.Errorf("pickle: %T: %w", v, err)
 	}
-	return e.value(w, depth)
+	// Another try cannot mend it: the worker must not retry the write.
+	return fmt.Errorf("%w: pickle: %T: %w", protocol.ErrUnencodable, v, err)
 }
 
 func (e *pickler) tuple(items []any, depth int) error {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -240,11 +241,12 @@ func TestPickleConvertsOtherTypes(t *testing.T) {
 func TestPickleCycleIsAnError(t *testing.T) {
 	m := map[string]any{}
 	m["self"] = m
-	if _, err := EncodePickle(m); err == nil {
-		t.Fatal("a cyclic value pickled without error")
+	// ErrUnencodable tells the worker that writing again cannot help.
+	if _, err := EncodePickle(m); !errors.Is(err, protocol.ErrUnencodable) {
+		t.Fatalf("a cyclic value: err = %v, want ErrUnencodable", err)
 	}
-	if _, err := EncodePickle(make(chan int)); err == nil {
-		t.Fatal("a channel pickled without error")
+	if _, err := EncodePickle(make(chan int)); !errors.Is(err, protocol.ErrUnencodable) {
+		t.Fatalf("a channel: err = %v, want ErrUnencodable", err)
 	}
 }
 

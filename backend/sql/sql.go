@@ -85,8 +85,13 @@ type Stats struct {
 	// StoreRetries counts attempts repeated after a transient error (the
 	// server restarting, a dropped connection).
 	StoreRetries int64
-	// StoreFailures counts Store and ChordPartReturn calls that gave up:
-	// the result was not written. Each is also logged at error level.
+	// StoreFailures counts Store and ChordPartReturn calls that failed
+	// for another reason than the caller's context ending: the value was
+	// refused (too long for its column, not encodable) or the database
+	// answered with a lasting error. Each is also logged at error level.
+	// A caller that runs out of time is told by the context's error; the
+	// worker then logs and counts the lost result itself
+	// (worker.LossObserver).
 	StoreFailures int64
 }
 
@@ -163,9 +168,21 @@ func (b *Backend) Store(ctx context.Context, r backend.StoreRequest) error {
 		if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
 			b.fail("store", m.TaskID, err)
 		}
-		return fmt.Errorf("sql backend: store %s: %w", m.TaskID, err)
+		return fmt.Errorf("sql backend: store %s: %w", m.TaskID, refused(err))
 	}
 	return nil
+}
+
+// refused marks errors about the value itself (a data exception such as a
+// task id longer than its column, an integrity violation) with
+// protocol.ErrUnencodable: writing the same value again cannot succeed, and
+// the worker does not retry it.
+func refused(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && len(pe.Code) >= 2 && (pe.Code[:2] == "22" || pe.Code[:2] == "23") {
+		return fmt.Errorf("%w: %w", protocol.ErrUnencodable, err)
+	}
+	return err
 }
 
 // fail logs and counts a write that will not happen.

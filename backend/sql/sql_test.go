@@ -1,16 +1,20 @@
 package sql
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/celeriac/celeriac/backend"
 	"github.com/celeriac/celeriac/backend/backendtest"
+	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport/transporttest"
 )
 
@@ -93,4 +97,53 @@ func TestConformanceDjango(t *testing.T) {
 		IndexedChords:  true,
 		Unstored:       []string{"GroupID", "ParentID", "Args", "Kwargs", "Retries", "Queue"},
 	})
+}
+
+// TestStoreRefusesTooLongTaskID: a value PostgreSQL refuses is an error
+// marked ErrUnencodable (no retry can help), counted, and not retried.
+func TestStoreRefusesTooLongTaskID(t *testing.T) {
+	b := newSQLAlchemy(t, Config{})
+	defer b.Close()
+	id := strings.Repeat("x", maxTaskIDLen+1)
+	err := b.Store(t.Context(), backend.StoreRequest{Meta: &protocol.ResultMeta{TaskID: id, Status: protocol.StateSuccess}})
+	if !errors.Is(err, protocol.ErrUnencodable) {
+		t.Fatalf("Store of a %d-character id: err = %v, want ErrUnencodable", len(id), err)
+	}
+	if st := b.Stats(); st.StoreFailures != 1 || st.StoreRetries != 0 {
+		t.Errorf("stats %+v, want one failure and no retry", st)
+	}
+}
+
+// TestStoreColumns: the stored row holds exactly the pickle of the
+// result and the JSON of args/kwargs that Celery's own backend writes.
+func TestStoreColumns(t *testing.T) {
+	b := newSQLAlchemy(t, Config{Extended: true})
+	defer b.Close()
+	m := &protocol.ResultMeta{TaskID: "bt-cols", Status: protocol.StateFailure, Traceback: "Traceback...",
+		Result:   &protocol.ExceptionInfo{Type: "ValueError", Message: []any{"bad"}, Module: "builtins"},
+		DateDone: time.Date(2026, 12, 2, 7, 0, 0, 123456789, time.UTC), Extended: true, Name: "tasks.add",
+		Args: []any{int64(2), "x"}, Kwargs: map[string]any{"k": true}, Worker: "w@h", Retries: 3, Queue: "q"}
+	if err := b.Store(t.Context(), backend.StoreRequest{Meta: m}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		result, args, kwargs []byte
+		done                 time.Time
+		retries              int32
+	)
+	err := b.pool.QueryRow(t.Context(), "SELECT result, date_done, args, kwargs, retries FROM "+b.s.taskTable+" WHERE task_id = $1", m.TaskID).
+		Scan(&result, &done, &args, &kwargs, &retries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := EncodePickle(m.Result)
+	if !bytes.Equal(result, want) {
+		t.Errorf("result column %q, want %q", result, want)
+	}
+	if !done.Equal(time.Date(2026, 12, 2, 7, 0, 0, 123456000, time.UTC)) {
+		t.Errorf("date_done %v, want microseconds of %v", done, m.DateDone)
+	}
+	if string(args) != `[2, "x"]` || string(kwargs) != `{"k": true}` || retries != 3 {
+		t.Errorf("args %s kwargs %s retries %d", args, kwargs, retries)
+	}
 }
