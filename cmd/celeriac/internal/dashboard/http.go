@@ -771,6 +771,9 @@ func (d *Dashboard) sse(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
+	// Watch before answering: a change right after the client hears from
+	// us must not be missed.
+	ch, _ := d.store.Changed()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
@@ -778,7 +781,6 @@ func (d *Dashboard) sse(w http.ResponseWriter, r *http.Request) {
 	fl.Flush()
 	keep := time.NewTicker(15 * time.Second)
 	defer keep.Stop()
-	ch, _ := d.store.Changed()
 	for {
 		select {
 		case <-r.Context().Done():
