@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"math"
 	"math/big"
 	"time"
@@ -29,6 +30,9 @@ type callOptions struct {
 	// queue is the queue of the task that applies the signature: where its
 	// messages go when nothing routes them (see Config.Routes).
 	queue string
+	// span is the run's span (nil when tracing is off): what is published
+	// joins its trace.
+	span trace.Span
 }
 
 // signatureMessage turns a plain signature into a task message and its
@@ -247,7 +251,7 @@ func (w *Worker) applySignature(sig protocol.Signature, extra []any, c callOptio
 			return nil, err
 		}
 		if err := w.persist(func(ctx context.Context) error {
-			return w.producer.publish(ctx, m, dest, o.serializer, o.compression)
+			return w.producer.publish(withSpan(ctx, c.span), m, dest, o.serializer, o.compression)
 		}); err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -23,6 +24,7 @@ type run struct {
 	p        *pending
 	t        *Task
 	a        *activeTask
+	span     trace.Span // nil when tracing is off
 	acksLate bool
 	acked    bool
 	runtime  time.Duration
@@ -34,7 +36,14 @@ type run struct {
 // a logger.With per task would cost more than the task.
 func (r *run) logAt(lvl zapcore.Level, msg string, fields ...zap.Field) {
 	if ce := r.log.Check(lvl, msg); ce != nil {
-		ce.Write(append(taskFields(r.p.m, r.p.d), fields...)...)
+		// A new slice, not fields: storing into the variadic argument would
+		// make every caller's slice escape, an allocation per log call even
+		// when the level is off.
+		all := append(taskFields(r.p.m, r.p.d), fields...)
+		if r.span != nil {
+			all = append(all, traceFields(r.span)...)
+		}
+		ce.Write(all...)
 	}
 }
 
@@ -96,6 +105,12 @@ func (w *Worker) execute(p *pending) {
 	hard, soft := w.limits(m, p.opts)
 	ctx, cancel := context.WithCancelCause(context.WithValue(w.cfg.BaseContext(), taskKey{}, t))
 	defer cancel(nil)
+	if w.tracing != nil {
+		// The span covers the run and its settlement, as Python's ends at
+		// postrun, after the result is stored.
+		ctx, r.span = w.tracing.startRun(ctx, m, p.d, w.cfg.Hostname)
+		defer r.span.End()
+	}
 	if soft > 0 {
 		var cancelSoft context.CancelFunc
 		ctx, cancelSoft = context.WithTimeoutCause(ctx, soft, ErrSoftTimeLimitExceeded)
@@ -132,6 +147,7 @@ func (w *Worker) execute(p *pending) {
 		return
 	}
 	if err != nil && r.a.isTerminated() {
+		endRun(r.span, string(protocol.StateRevoked), nil, "")
 		w.terminated(r)
 		return
 	}
@@ -233,6 +249,7 @@ func (w *Worker) finish(r *run, result any, err error, runtime time.Duration) {
 	case err == nil:
 		w.succeed(r, result, runtime)
 	case errors.Is(err, ErrIgnore):
+		endRun(r.span, "IGNORED", nil, "")
 		r.logAt(zap.InfoLevel, "task ignored")
 		w.cfg.Observer.TaskFinished(r.p.m.Name, OutcomeIgnored, runtime)
 		w.settle(r, settleAck)
@@ -372,6 +389,7 @@ func (w *Worker) succeed(r *run, result any, runtime time.Duration) {
 		}
 	}
 	w.succeeded.Add(1)
+	endRun(r.span, string(protocol.StateSuccess), nil, "")
 	if !w.ignoreResult(r) {
 		w.store(r, protocol.StateSuccess, result, "", children)
 	}
@@ -397,7 +415,7 @@ func (w *Worker) applyCanvasOnSuccess(r *run, result any) ([]any, error) {
 	var children []any
 	var errs []error
 	if cbs := m.Embed.Callbacks; len(cbs) > 0 {
-		c := callOptions{parentID: m.ID, rootID: root, queue: r.p.d.Queue}
+		c := callOptions{parentID: m.ID, rootID: root, queue: r.p.d.Queue, span: r.span}
 		if len(cbs) > 1 {
 			// Several callbacks are sent as a group: one fresh group id
 			// shared by every plain signature (group_index stays null).
@@ -417,7 +435,7 @@ func (w *Worker) applyCanvasOnSuccess(r *run, result any) ([]any, error) {
 		next := ch[len(ch)-1]
 		rest := append([]protocol.Signature{}, ch[:len(ch)-1]...)
 		ids, err := w.applySignature(next, []any{result}, callOptions{
-			parentID: m.ID, rootID: root, chain: rest, hasChain: true, queue: r.p.d.Queue,
+			parentID: m.ID, rootID: root, chain: rest, hasChain: true, queue: r.p.d.Queue, span: r.span,
 		})
 		for _, id := range ids {
 			children = append(children, protocol.ChildTuple(id))
@@ -438,6 +456,7 @@ func (w *Worker) fail(r *run, err error, reason string) {
 	w.failed.Add(1)
 	ex := exceptionOf(err)
 	tb := traceback(r.t, err, ex)
+	endRun(r.span, string(protocol.StateFailure), ex, tb)
 	if !w.ignoreResult(r) || w.cfg.StoreErrorsEvenIfIgnored {
 		w.store(r, protocol.StateFailure, ex, tb, nil)
 	}
@@ -452,7 +471,7 @@ func (w *Worker) fail(r *run, err error, reason string) {
 	if m.Embed.Chord != nil && m.Group != "" {
 		w.chordPartReturn(r, protocol.StateFailure, ex)
 	}
-	w.callErrbacks(m, r.p.d.Queue, m.Embed.Errbacks)
+	w.callErrbacks(m, r.p.d.Queue, m.Embed.Errbacks, r.span)
 	if w.events.taskOn() {
 		w.events.task("task-failed", map[string]any{"uuid": m.ID, "exception": excRepr(ex), "traceback": tb})
 	}
@@ -477,7 +496,7 @@ func (w *Worker) fail(r *run, err error, reason string) {
 // callErrbacks sends link_error callbacks as Celery does for errbacks it
 // cannot call inline: a group of messages with the failed task's id as
 // their argument.
-func (w *Worker) callErrbacks(m *protocol.TaskMessage, queue string, errbacks []protocol.Signature) {
+func (w *Worker) callErrbacks(m *protocol.TaskMessage, queue string, errbacks []protocol.Signature, span trace.Span) {
 	if len(errbacks) == 0 {
 		return
 	}
@@ -485,7 +504,7 @@ func (w *Worker) callErrbacks(m *protocol.TaskMessage, queue string, errbacks []
 	if root == "" {
 		root = m.ID
 	}
-	c := callOptions{parentID: m.ID, rootID: root, groupID: NewID(), queue: queue}
+	c := callOptions{parentID: m.ID, rootID: root, groupID: NewID(), queue: queue, span: span}
 	for _, eb := range errbacks {
 		if _, err := w.applySignature(eb, []any{m.ID}, c); err != nil {
 			w.log.Error("sending an error callback failed", zap.String("task_id", m.ID), zap.String("errback", eb.Task), zap.Error(err))
@@ -494,6 +513,7 @@ func (w *Worker) callErrbacks(m *protocol.TaskMessage, queue string, errbacks []
 }
 
 func (w *Worker) reject(r *run, rej *RejectError) {
+	endRun(r.span, string(protocol.StateRejected), nil, "")
 	if w.events.taskOn() {
 		w.events.task("task-rejected", map[string]any{"uuid": r.p.m.ID, "requeue": rej.Requeue})
 	}
@@ -560,7 +580,7 @@ func (w *Worker) chordPartReturn(r *run, state protocol.State, result any) {
 	if root == "" {
 		root = m.ID
 	}
-	if _, err := w.applySignature(body, []any{values}, callOptions{parentID: m.ID, rootID: root, queue: r.p.d.Queue}); err != nil {
+	if _, err := w.applySignature(body, []any{values}, callOptions{parentID: m.ID, rootID: root, queue: r.p.d.Queue, span: r.span}); err != nil {
 		r.logAt(zap.ErrorLevel, "sending the chord body failed", zap.String("group_id", m.Group), zap.Error(err))
 	}
 }
@@ -587,7 +607,7 @@ func (w *Worker) chordError(r *run, body protocol.Signature, bodyID string, culp
 	}
 	if len(errbacks) > 0 {
 		fake := &protocol.TaskMessage{ID: bodyID, RootID: r.p.m.RootID}
-		w.callErrbacks(fake, r.p.d.Queue, errbacks)
+		w.callErrbacks(fake, r.p.d.Queue, errbacks, r.span)
 	}
 }
 

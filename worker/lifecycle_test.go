@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -294,6 +295,8 @@ func TestBigPoolShutsDownClean(t *testing.T) {
 					return nil, nil
 				}, worker.IgnoreResult(true))
 				h.start()
+				synctest.Wait()
+				before := runtime.NumGoroutine() // the worker, idle: no slot yet
 				for i := 0; i < conc; i++ {
 					h.send("tasks.nap", nil, nil)
 				}
@@ -301,6 +304,10 @@ func TestBigPoolShutsDownClean(t *testing.T) {
 				synctest.Wait()
 				if err := h.stop(); err != nil {
 					t.Fatal(err)
+				}
+				// Run waits for its slots: none may outlive it.
+				if after := runtime.NumGoroutine(); after >= before {
+					t.Errorf("%d goroutines once Run returned, %d while the worker was idle: slots outlived Run", after, before)
 				}
 				if int(ran.Load()) != conc {
 					t.Fatalf("%d tasks ran, want %d", ran.Load(), conc)
@@ -418,6 +425,50 @@ func TestShutdownReportsAbandonedTasks(t *testing.T) {
 		// nothing settled it after Run returned.
 		if st := h.tr.Broker().Stats(); st.Unacked != 1 {
 			t.Fatalf("broker: %+v, want the abandoned task's message unacknowledged", st)
+		}
+	})
+}
+
+// TestPoolGrowTo5000: pool_grow takes a one-slot worker to 5 000 slots,
+// every one of them runs a task at once, and the shutdown ends them all.
+func TestPoolGrowTo5000(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const slots = 5000
+		h := newHarness(t, worker.Config{Concurrency: 1, PrefetchMultiplier: -1})
+		var running, peak atomic.Int32
+		release := make(chan struct{})
+		h.mux.HandleFunc("tasks.hold", func(ctx context.Context, t *worker.Task) (any, error) {
+			n := running.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			<-release
+			running.Add(-1)
+			return nil, nil
+		}, worker.IgnoreResult(true))
+		h.start()
+		synctest.Wait()
+		if err := worker.NewControl(h.tr).Cast(context.Background(), "pool_grow", map[string]any{"n": int64(slots - 1)}, worker.ControlOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if got := h.w.Stats().Concurrency; got != slots {
+			t.Fatalf("concurrency after pool_grow = %d, want %d", got, slots)
+		}
+		for i := 0; i < slots+10; i++ {
+			h.send("tasks.hold", nil, nil)
+		}
+		synctest.Wait()
+		if p := peak.Load(); p != slots {
+			t.Fatalf("%d tasks ran at once, want %d", p, slots)
+		}
+		stopped := h.stopAsync()
+		synctest.Wait()
+		close(release)
+		if err := <-stopped; err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := h.tr.Len(context.Background(), "q"); n != 10 {
+			t.Fatalf("%d messages back on the broker, want the 10 that found no slot", n)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"go.opentelemetry.io/otel/attribute"
 	"math/rand/v2"
 	"time"
 
@@ -87,6 +88,14 @@ func (w *Worker) retryTask(r *run, d retry.Decision) {
 		ex = exceptionOf(d.Err)
 		tb = traceback(r.t, d.Err, ex)
 	}
+	if r.span != nil && r.span.IsRecording() {
+		reason := d.Reason.String()
+		if d.Err != nil {
+			reason = d.Err.Error()
+		}
+		r.span.SetAttributes(attribute.String(attrRetryReason, reason))
+		endRun(r.span, string(protocol.StateRetry), nil, "")
+	}
 	if !w.ignoreResult(r) {
 		var result any
 		if ex != nil {
@@ -102,7 +111,7 @@ func (w *Worker) retryTask(r *run, d retry.Decision) {
 		w.events.task("task-retried", map[string]any{"uuid": m.ID, "exception": evExc, "traceback": evTb})
 	}
 	if err := w.persist(func(ctx context.Context) error {
-		return w.producer.publish(ctx, &next, dest, ct, m.Compression)
+		return w.producer.publish(withSpan(ctx, r.span), &next, dest, ct, m.Compression)
 	}); err != nil {
 		r.logAt(zap.ErrorLevel, "publishing the retry failed", zap.Error(err))
 		if !r.acked {

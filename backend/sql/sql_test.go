@@ -5,8 +5,10 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -145,5 +147,38 @@ func TestStoreColumns(t *testing.T) {
 	}
 	if string(args) != `[2, "x"]` || string(kwargs) != `{"k": true}` || retries != 3 {
 		t.Errorf("args %s kwargs %s retries %d", args, kwargs, retries)
+	}
+}
+
+// TestGroupCommitIsolatesARefusedValue: stores written together in one
+// transaction do not fail with a neighbour whose value PostgreSQL refuses.
+func TestGroupCommitIsolatesARefusedValue(t *testing.T) {
+	b := newSQLAlchemy(t, Config{})
+	defer b.Close()
+	const n = 200
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			id := fmt.Sprintf("bt-gc-%03d", i)
+			if i%50 == 7 {
+				id = strings.Repeat("y", maxTaskIDLen+i)
+			}
+			errs[i] = b.Store(t.Context(), backend.StoreRequest{Meta: &protocol.ResultMeta{TaskID: id, Status: protocol.StateSuccess, Result: int64(i)}})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i%50 == 7 {
+			if !errors.Is(err, protocol.ErrUnencodable) {
+				t.Errorf("store %d (id too long): err = %v, want ErrUnencodable", i, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("store %d: %v", i, err)
+		} else if _, err := b.Get(t.Context(), fmt.Sprintf("bt-gc-%03d", i)); err != nil {
+			t.Errorf("get %d: %v", i, err)
+		}
 	}
 }

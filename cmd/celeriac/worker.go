@@ -25,6 +25,7 @@ import (
 	"github.com/celeriac/celeriac/examples/demotasks"
 	"github.com/celeriac/celeriac/worker"
 	"github.com/celeriac/celeriac/worker/connect"
+	"github.com/celeriac/celeriac/worker/otelenv"
 	"github.com/celeriac/celeriac/worker/prommetrics"
 )
 
@@ -362,6 +363,22 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 	}
 	defer conn.Close()
 	cfg.Backend = conn.Backend
+	// Tracing follows the standard OTEL_* variables; off unless they ask.
+	tp, err := otelenv.New(ctx, "celeriac-worker")
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		g.log.Info("tracing on: spans are exported over OTLP (OTEL_* settings)")
+		cfg.TracerProvider = tp
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				g.log.Warn("flushing the last spans failed", zap.Error(err))
+			}
+		}()
+	}
 	cfg.GlobalRateLimiter = conn.RateLimiter
 	if len(f.globalRateLimits) > 0 && conn.RateLimiter == nil {
 		return usagef("--global-rate-limit needs a shared limiter: --rate-limit-url, $CELERIAC_RATE_LIMIT_URL or a redis:// result backend")
