@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
@@ -35,11 +36,29 @@ type Backend struct {
 
 	storeRetries  atomic.Int64
 	storeFailures atomic.Int64
+
+	// Group commit: stores waiting for a transaction, whether a leader is
+	// committing them, and the goroutines started to lead.
+	commitMu sync.Mutex
+	pending  []*storeOp
+	leading  bool
+	leaders  sync.WaitGroup
+}
+
+// maxBatch bounds the stores written in one transaction.
+const maxBatch = 64
+
+// storeOp is one queued upsert.
+type storeOp struct {
+	q    string
+	args []any
+	done chan error // buffered: a leader never blocks on a caller that left
 }
 
 var (
-	_ backend.Backend = (*Backend)(nil)
-	_ backend.Chords  = (*Backend)(nil)
+	_ backend.Backend       = (*Backend)(nil)
+	_ backend.Chords        = (*Backend)(nil)
+	_ backend.ChordUnlocker = (*Backend)(nil)
 )
 
 // New connects to the database and, for SQLAlchemy, creates the tables and
@@ -121,6 +140,7 @@ func (b *Backend) Close() error {
 	b.closed = true
 	b.mu.Unlock()
 	b.inflight.Wait()
+	b.leaders.Wait()
 	b.pool.Close()
 	return nil
 }
@@ -161,8 +181,14 @@ func (b *Backend) Store(ctx context.Context, r backend.StoreRequest) error {
 		return fmt.Errorf("sql backend: store %s: %w", m.TaskID, err)
 	}
 	err = b.retry(ctx, "store", func(ctx context.Context) error {
-		_, err := b.pool.Exec(ctx, q, args...)
-		return err
+		op := &storeOp{q: q, args: args, done: make(chan error, 1)}
+		b.submit(ctx, op)
+		select {
+		case err := <-op.done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	})
 	if err != nil {
 		if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
@@ -291,4 +317,90 @@ func isConnClosed(err error) bool {
 		}
 	}
 	return false
+}
+
+// submit is the group commit. A store that finds no transaction in
+// progress is written at once by its own goroutine, under its caller's
+// context; stores that arrive meanwhile queue up, and when it returns a
+// goroutine writes all of them (up to maxBatch per transaction: one round
+// trip and one commit, so one WAL flush), then the next queue, until none
+// is left.
+func (b *Backend) submit(ctx context.Context, op *storeOp) {
+	b.commitMu.Lock()
+	b.pending = append(b.pending, op)
+	if b.leading {
+		b.commitMu.Unlock()
+		return
+	}
+	b.leading = true
+	batch := b.takeLocked()
+	b.commitMu.Unlock()
+
+	b.commit(ctx, batch)
+
+	b.commitMu.Lock()
+	defer b.commitMu.Unlock()
+	if len(b.pending) == 0 {
+		b.leading = false
+		return
+	}
+	b.leaders.Go(b.lead)
+}
+
+// lead writes queued stores until there are none left. A queued store is
+// written even if its caller gave up; each transaction has the statement
+// timeout.
+func (b *Backend) lead() {
+	for {
+		b.commitMu.Lock()
+		if len(b.pending) == 0 {
+			b.leading = false
+			b.commitMu.Unlock()
+			return
+		}
+		batch := b.takeLocked()
+		b.commitMu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), b.s.stmtTimeout)
+		b.commit(ctx, batch)
+		cancel()
+	}
+}
+
+func (b *Backend) takeLocked() []*storeOp {
+	n := min(len(b.pending), maxBatch)
+	batch := make([]*storeOp, n)
+	copy(batch, b.pending)
+	rest := copy(b.pending, b.pending[n:])
+	clear(b.pending[rest:])
+	b.pending = b.pending[:rest]
+	return batch
+}
+
+// commit writes a batch in one transaction. When the transaction fails
+// for another reason than the connection (one store's value refused, which
+// aborts the others), each store is written on its own, so that one bad
+// value costs no other result.
+func (b *Backend) commit(ctx context.Context, batch []*storeOp) {
+	if len(batch) == 1 {
+		_, err := b.pool.Exec(ctx, batch[0].q, batch[0].args...)
+		batch[0].done <- err
+		return
+	}
+	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		var pb pgx.Batch
+		for _, op := range batch {
+			pb.Queue(op.q, op.args...)
+		}
+		return tx.SendBatch(ctx, &pb).Close()
+	})
+	if err == nil || transient(err) {
+		for _, op := range batch {
+			op.done <- err
+		}
+		return
+	}
+	for _, op := range batch {
+		_, err := b.pool.Exec(ctx, op.q, op.args...)
+		op.done <- err
+	}
 }

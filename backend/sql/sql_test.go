@@ -5,8 +5,10 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -145,5 +147,75 @@ func TestStoreColumns(t *testing.T) {
 	}
 	if string(args) != `[2, "x"]` || string(kwargs) != `{"k": true}` || retries != 3 {
 		t.Errorf("args %s kwargs %s retries %d", args, kwargs, retries)
+	}
+}
+
+// TestGroupCommitIsolatesARefusedValue: stores written together in one
+// transaction do not fail with a neighbour whose value PostgreSQL refuses.
+func TestGroupCommitIsolatesARefusedValue(t *testing.T) {
+	b := newSQLAlchemy(t, Config{})
+	defer b.Close()
+	const n = 200
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			id := fmt.Sprintf("bt-gc-%03d", i)
+			if i%50 == 7 {
+				id = strings.Repeat("y", maxTaskIDLen+i)
+			}
+			errs[i] = b.Store(t.Context(), backend.StoreRequest{Meta: &protocol.ResultMeta{TaskID: id, Status: protocol.StateSuccess, Result: int64(i)}})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i%50 == 7 {
+			if !errors.Is(err, protocol.ErrUnencodable) {
+				t.Errorf("store %d (id too long): err = %v, want ErrUnencodable", i, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("store %d: %v", i, err)
+		} else if _, err := b.Get(t.Context(), fmt.Sprintf("bt-gc-%03d", i)); err != nil {
+			t.Errorf("get %d: %v", i, err)
+		}
+	}
+}
+
+// TestUnlockChord: not ready until every listed part returned, then ready
+// once for its claimant (again for the same claimant), ErrChordDone for
+// any other.
+func TestUnlockChord(t *testing.T) {
+	b := newSQLAlchemy(t, Config{})
+	defer b.Close()
+	gid := "bt-unlock"
+	ids := []string{"p0", "p1", "p2"}
+	for i, id := range ids[:2] {
+		if _, err := b.ChordPartReturn(t.Context(), backend.ChordPart{GroupID: gid, TaskID: id, State: protocol.StateSuccess, Result: int64(i * 10)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, err := b.UnlockChord(t.Context(), gid, ids, "u1"); err != nil || r.Ready {
+		t.Fatalf("two of three parts: %+v, %v; want not ready", r, err)
+	}
+	if _, err := b.ChordPartReturn(t.Context(), backend.ChordPart{GroupID: gid, TaskID: "p2", State: protocol.StateFailure,
+		Result: &protocol.ExceptionInfo{Type: "KeyError", Message: []any{"k"}, Module: "builtins"}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		r, err := b.UnlockChord(t.Context(), gid, ids, "u1")
+		if err != nil || !r.Ready || len(r.Results) != 3 {
+			t.Fatalf("all parts: %+v, %v", r, err)
+		}
+		if r.Results[1].Result != int64(10) || *r.Results[2].GroupIndex != 2 || r.Results[2].State != protocol.StateFailure {
+			t.Errorf("results %+v", r.Results)
+		}
+		if e, ok := r.Results[2].Result.(*protocol.ExceptionInfo); !ok || e.Type != "KeyError" {
+			t.Errorf("failed part's result %#v", r.Results[2].Result)
+		}
+	}
+	if _, err := b.UnlockChord(t.Context(), gid, ids, "u2"); !errors.Is(err, backend.ErrChordDone) {
+		t.Fatalf("another claimant: err = %v, want ErrChordDone", err)
 	}
 }

@@ -95,14 +95,20 @@ func (b *Backend) columns(ctx context.Context, table string) (map[string]bool, e
 // sqlaStore builds the upsert of one state: Celery's _update_result sets
 // every column from the meta; the WHERE keeps a stored SUCCESS.
 func (b *Backend) sqlaStore(m *protocol.ResultMeta) (string, []any, error) {
-	result, err := EncodePickle(resultValue(m))
-	if err != nil {
-		return "", nil, err
+	// PickleType stores None as NULL, not as a pickle of None.
+	var result any
+	if v := resultValue(m); v != nil {
+		p, err := EncodePickle(v)
+		if err != nil {
+			return "", nil, err
+		}
+		result = p
 	}
 	cols := []string{"task_id", "status", "result", "date_done", "traceback"}
 	args := []any{m.TaskID, string(m.Status), result, naive(m.DateDone), nullString(m.Traceback)}
 	if b.hasExtended {
 		var name, a, kw, worker, queue, retries any
+		var err error
 		if m.Extended {
 			encArgs := m.Args
 			if encArgs == nil {

@@ -27,7 +27,7 @@ type spec struct {
 	kind        Kind
 	concurrency int // celeriac and Python threads; 0 means the kind's default
 	broker      kit
-	results     bool
+	results     ResultStore
 	profile     string // celeriac: CPU profile file
 }
 
@@ -36,27 +36,35 @@ func (h *harness) start(s spec) (*proc, error) {
 	var cmd *exec.Cmd
 	q := h.o.Queue
 	switch {
-	case s.kind == Celeriac:
+	case s.kind == Celeriac || s.kind == Traced:
 		c := s.concurrency
 		if c == 0 {
 			c = h.o.Concurrency
 		}
 		args := []string{"worker", "-b", s.broker.URL(), "-Q", q, "-c", strconv.Itoa(c),
 			"-l", "warning", "--without-heartbeat", "-n", "bench-celeriac@%h"}
-		if s.results {
-			args = append(args, "--result-backend", h.resultURL())
+		if s.results.on() {
+			args = append(args, "--result-backend", h.resultBackend(s.results))
 		}
 		if s.profile != "" {
 			args = append(args, "--cpu-profile", s.profile)
 		}
 		cmd = exec.Command(h.o.Exe, args...)
 		cmd.Env = childEnv()
+		if s.kind == Traced {
+			url, err := h.otlpURL()
+			if err != nil {
+				return nil, err
+			}
+			cmd.Env = childEnv("OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+				"OTEL_EXPORTER_OTLP_ENDPOINT="+url, "OTEL_TRACES_SAMPLER=always_on", "OTEL_SERVICE_NAME=bench-celeriac")
+		}
 	case s.kind.ceiling():
 		args := []string{"bench", "ceiling", "--broker-url", s.broker.URL(), "--queue", q}
 		if s.kind == Batched {
 			args = append(args, "--batched")
 		}
-		if s.results {
+		if s.results == RedisResults {
 			args = append(args, "--result-url", h.resultURL())
 		}
 		cmd = exec.Command(h.o.Exe, args...)
@@ -150,7 +158,7 @@ func (t *tailBuffer) String() string {
 
 // python runs a Python command to completion and returns its stdout (and
 // stderr on failure).
-func (h *harness) python(ctx context.Context, broker string, results bool, args ...string) (string, error) {
+func (h *harness) python(ctx context.Context, broker string, results ResultStore, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, h.o.Python, args...)
 	cmd.Dir = h.pyDir
 	cmd.Env = h.pyEnv(broker, results)
