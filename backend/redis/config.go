@@ -166,7 +166,7 @@ func (c *Config) settings() (settings, error) {
 		return s, errors.New("redis backend: negative WaitReplicas or WaitTimeout")
 	}
 	s.waitReplicas, s.waitTimeout = c.WaitReplicas, c.WaitTimeout
-	if s.waitTimeout == 0 {
+	if s.waitReplicas > 0 && s.waitTimeout == 0 {
 		s.waitTimeout = time.Second
 	}
 	return s, nil
