@@ -15,10 +15,7 @@ import (
 // would: the examples/pyinterop binary, and examples/pyinterop/client.py
 // under Python Celery, on both brokers.
 func TestExamplePyinterop(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "pyinterop")
-	if out, err := exec.Command("go", "build", "-C", "..", "-o", bin, "./examples/pyinterop").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./examples/pyinterop: %v\n%s", err, out)
-	}
+	bin := buildBin(t, "./examples/pyinterop")
 	client, err := filepath.Abs("../examples/pyinterop/client.py")
 	if err != nil {
 		t.Fatal(err)

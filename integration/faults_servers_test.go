@@ -26,9 +26,15 @@ import (
 // temporary directory, on ports of its own, and is stopped when the test
 // ends.
 
-// testPKI is a test CA and a server certificate it signed for 127.0.0.1
-// and localhost, as PEM files.
-type testPKI struct{ ca, cert, key string }
+// testPKI is a test CA, a server certificate it signed for 127.0.0.1 and
+// localhost, and a client certificate it signed, as PEM files. With
+// clientAuth set, the servers started with it require a client
+// certificate from that CA.
+type testPKI struct {
+	ca, cert, key         string
+	clientCert, clientKey string
+	clientAuth            bool
+}
 
 func newTestPKI(t *testing.T, dir string) testPKI {
 	t.Helper()
@@ -64,6 +70,21 @@ func newTestPKI(t *testing.T, dir string) testPKI {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cliKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliTmpl := &x509.Certificate{SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: "celeriac test client"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	cliDER, err := x509.CreateCertificate(rand.Reader, cliTmpl, caCert, &cliKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliKeyDER, err := x509.MarshalPKCS8PrivateKey(cliKey)
+	if err != nil {
+		t.Fatal(err)
+	}
 	write := func(name, typ string, der []byte) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o644); err != nil {
@@ -72,9 +93,11 @@ func newTestPKI(t *testing.T, dir string) testPKI {
 		return p
 	}
 	return testPKI{
-		ca:   write("ca.pem", "CERTIFICATE", caDER),
-		cert: write("server.pem", "CERTIFICATE", srvDER),
-		key:  write("server.key", "PRIVATE KEY", keyDER),
+		ca:         write("ca.pem", "CERTIFICATE", caDER),
+		cert:       write("server.pem", "CERTIFICATE", srvDER),
+		key:        write("server.key", "PRIVATE KEY", keyDER),
+		clientCert: write("client.pem", "CERTIFICATE", cliDER),
+		clientKey:  write("client.key", "PRIVATE KEY", cliKeyDER),
 	}
 }
 
@@ -126,7 +149,7 @@ func startOwnRedis(t *testing.T, password string, pki *testPKI) *ownRedis {
 	if pki != nil {
 		r.tlsPort = freePort(t)
 		r.args = append(r.args, "--port", "0", "--tls-port", fmt.Sprint(r.tlsPort),
-			"--tls-cert-file", pki.cert, "--tls-key-file", pki.key, "--tls-ca-cert-file", pki.ca, "--tls-auth-clients", "no")
+			"--tls-cert-file", pki.cert, "--tls-key-file", pki.key, "--tls-ca-cert-file", pki.ca, "--tls-auth-clients", yesNo(pki.clientAuth))
 	} else {
 		r.port = freePort(t)
 		r.args = append(r.args, "--port", fmt.Sprint(r.port))
@@ -246,7 +269,8 @@ func startOwnRabbit(t *testing.T, user, password string, pki *testPKI) *ownRabbi
 	if pki != nil {
 		conf += fmt.Sprintf("listeners.tcp = none\nlisteners.ssl.default = 127.0.0.1:%d\n"+
 			"ssl_options.cacertfile = %s\nssl_options.certfile = %s\nssl_options.keyfile = %s\n"+
-			"ssl_options.verify = verify_none\nssl_options.fail_if_no_peer_cert = false\n", r.port, pki.ca, pki.cert, pki.key)
+			"ssl_options.verify = %s\nssl_options.fail_if_no_peer_cert = %v\n", r.port, pki.ca, pki.cert, pki.key,
+			map[bool]string{false: "verify_none", true: "verify_peer"}[pki.clientAuth], pki.clientAuth)
 	} else {
 		conf += fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\n", r.port)
 	}
@@ -335,4 +359,11 @@ func (r *ownRabbit) URL() string {
 		scheme = "amqps"
 	}
 	return fmt.Sprintf("%s://%s:%s@127.0.0.1:%d//", scheme, r.user, r.password, r.port)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }

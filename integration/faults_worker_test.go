@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -9,10 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -54,7 +50,7 @@ type fltWorkerConfig struct {
 	Concurrency int    `json:"concurrency"`
 	// VisibilityTimeout and RestoreInterval (seconds) tune the Redis
 	// transport so that a killed worker's messages come back within the
-	// test's time.
+	// test's time; RestoreInterval 0 keeps the transport's sweep schedule.
 	VisibilityTimeout float64                   `json:"visibility_timeout"`
 	RestoreInterval   float64                   `json:"restore_interval"`
 	MaxMessageSize    int                       `json:"max_message_size"`
@@ -139,10 +135,14 @@ func runFltWorker(c fltWorkerConfig) error {
 	var tr transport.Transport
 	switch connect.Scheme(c.Broker) {
 	case "redis", "rediss":
-		tr, err = redistransport.Dial(ctx, redistransport.Config{
+		rc := redistransport.Config{
 			URL: c.Broker, ClientName: c.Name, TLSConfig: tlsConf, Logger: log,
-			VisibilityTimeout: seconds(c.VisibilityTimeout), RestoreInterval: seconds(c.RestoreInterval), RestoreThrottle: 1,
-		})
+			VisibilityTimeout: seconds(c.VisibilityTimeout),
+		}
+		if c.RestoreInterval > 0 {
+			rc.RestoreInterval, rc.RestoreThrottle = seconds(c.RestoreInterval), 1
+		}
+		tr, err = redistransport.Dial(ctx, rc)
 	default:
 		tr, err = amqptransport.Dial(ctx, amqptransport.Config{
 			URLs: []string{c.Broker}, ConnectionName: c.Name, TLS: tlsConf, Logger: log,
@@ -243,16 +243,11 @@ func runFltWorker(c fltWorkerConfig) error {
 func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
 
 // fltProc is a running fault-suite worker process.
-type fltProc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	mu   sync.Mutex
-	log  strings.Builder
-	err  error
-}
+type fltProc = proc
 
-// startFltWorker starts a helper worker process and waits until it
-// consumes. It is killed at the end of the test if still running.
+// startFltWorker starts a helper worker process (this test binary, running
+// TestFaultWorkerProcess) and waits until it consumes. It is killed at the
+// end of the test if still running.
 func startFltWorker(t *testing.T, c fltWorkerConfig) *fltProc {
 	t.Helper()
 	exe, err := os.Executable()
@@ -263,65 +258,10 @@ func startFltWorker(t *testing.T, c fltWorkerConfig) *fltProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "-test.run=^TestFaultWorkerProcess$", "-test.timeout=0", "-test.count=1")
-	cmd.Env = append(os.Environ(), fltWorkerEnv+"="+string(raw))
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	p := &fltProc{cmd: cmd, done: make(chan struct{})}
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 16<<20)
-		var once sync.Once
-		for sc.Scan() {
-			line := sc.Text()
-			p.mu.Lock()
-			p.log.WriteString(line + "\n")
-			p.mu.Unlock()
-			if strings.Contains(line, `"worker ready"`) {
-				once.Do(func() { close(ready) })
-			}
-		}
-		p.err = cmd.Wait()
-		pr.Close()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-	})
-	select {
-	case <-ready:
-	case <-p.done:
-		t.Fatalf("flt worker %s exited early: %v\n%s", c.Name, p.err, p.Log())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("flt worker %s not ready:\n%s", c.Name, p.Log())
-	}
-	return p
-}
-
-// Log returns what the process wrote so far.
-func (p *fltProc) Log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
-
-// Exited reports whether the process has ended.
-func (p *fltProc) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	return startProc(t, "flt worker "+c.Name, "", procOptions{
+		Exe: exe, Env: map[string]string{fltWorkerEnv: string(raw)},
+		Ready: `"worker ready"`, ReadyTimeout: time.Minute,
+	}, "-test.run=^TestFaultWorkerProcess$", "-test.timeout=0", "-test.count=1")
 }
 
 // Kill9 kills the process with SIGKILL and waits for it.

@@ -7,14 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -82,101 +78,14 @@ func (r *idemRun) forget(ids []string) {
 	}
 }
 
-var paymentsBuild struct {
-	sync.Once
-	path string
-	err  error
-}
-
-// paymentsBin builds examples/payments once per test binary.
-func paymentsBin(t *testing.T) string {
-	t.Helper()
-	paymentsBuild.Do(func() {
-		dir, err := os.MkdirTemp("", "celeriac-payments")
-		if err != nil {
-			paymentsBuild.err = err
-			return
-		}
-		paymentsBuild.path = filepath.Join(dir, "payments")
-		out, err := exec.Command("go", "build", "-C", "..", "-o", paymentsBuild.path, "./examples/payments").CombinedOutput()
-		if err != nil {
-			paymentsBuild.err = fmt.Errorf("go build ./examples/payments: %v\n%s", err, out)
-		}
-	})
-	if paymentsBuild.err != nil {
-		t.Fatal(paymentsBuild.err)
-	}
-	return paymentsBuild.path
-}
-
 // payProc is a payments process (gateway or worker).
-type payProc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-	mu   sync.Mutex
-	log  strings.Builder
-}
+type payProc = proc
 
 // startPayments starts `payments args...` and waits for a log line
 // containing ready. The process is killed when the test ends.
 func startPayments(t *testing.T, name, ready string, args ...string) *payProc {
 	t.Helper()
-	cmd := exec.Command(paymentsBin(t), args...)
-	cmd.Env = append(os.Environ(), "CELERY_BROKER_URL=", "CELERY_RESULT_BACKEND=")
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	p := &payProc{name: name, cmd: cmd, done: make(chan struct{})}
-	readyc := make(chan struct{})
-	go func() {
-		defer close(p.done)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 4<<20)
-		var once sync.Once
-		for sc.Scan() {
-			p.mu.Lock()
-			p.log.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-			if strings.Contains(sc.Text(), ready) {
-				once.Do(func() { close(readyc) })
-			}
-		}
-		_ = cmd.Wait()
-		pr.Close()
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("%s log:\n%s", name, p.Log())
-		}
-	})
-	select {
-	case <-readyc:
-	case <-p.done:
-		t.Fatalf("%s exited before it was ready:\n%s", name, p.Log())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("%s not ready:\n%s", name, p.Log())
-	}
-	return p
-}
-
-// kill sends SIGKILL: no shutdown, no acks, no lease release.
-func (p *payProc) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
-func (p *payProc) Log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
+	return startProc(t, name, "./examples/payments", procOptions{Ready: ready, ReadyTimeout: time.Minute}, args...)
 }
 
 // gateway is the fake payment gateway of examples/payments, as seen from

@@ -18,15 +18,12 @@ package integration
 // it_rl_; RabbitMQ queues too. They log the numbers they measure.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -80,91 +77,11 @@ func cleanRLRedis(t *testing.T) {
 	}
 }
 
-// smsBuild builds examples/sms once per test binary.
-var smsBuild struct {
-	sync.Once
-	path string
-	err  error
-}
-
-func smsBin(t *testing.T) string {
-	t.Helper()
-	smsBuild.Do(func() {
-		dir, err := os.MkdirTemp("", "celeriac-sms")
-		if err != nil {
-			smsBuild.err = err
-			return
-		}
-		smsBuild.path = filepath.Join(dir, "sms")
-		if out, err := exec.Command("go", "build", "-C", "..", "-o", smsBuild.path, "./examples/sms").CombinedOutput(); err != nil {
-			smsBuild.err = fmt.Errorf("go build ./examples/sms: %v\n%s", err, out)
-		}
-	})
-	if smsBuild.err != nil {
-		t.Fatal(smsBuild.err)
-	}
-	return smsBuild.path
-}
-
 // startSMSWorker starts an examples/sms worker process and waits until it
 // consumes. It gets SIGTERM (a warm shutdown) when the test ends.
 func startSMSWorker(t *testing.T, env map[string]string, args ...string) *workerProc {
 	t.Helper()
-	cmd := exec.Command(smsBin(t), args...)
-	cmd.Env = append(os.Environ(), "CELERY_BROKER_URL=", "CELERY_RESULT_BACKEND=", "CELERIAC_RATE_LIMIT_URL=", "GOTRACEBACK=all")
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	p := &workerProc{cmd: cmd, done: make(chan struct{})}
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 4<<20)
-		var once sync.Once
-		for sc.Scan() {
-			p.mu.Lock()
-			p.log.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-			if strings.Contains(sc.Text(), "worker ready") {
-				once.Do(func() { close(ready) })
-			}
-		}
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		if t.Failed() {
-			// Where was it? The stacks go to the log below.
-			_ = cmd.Process.Signal(syscall.SIGQUIT)
-		}
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(40 * time.Second):
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("sms worker log:\n%s", p.Log())
-		}
-	})
-	select {
-	case <-ready:
-	case <-p.done:
-		t.Fatalf("sms worker exited early:\n%s", p.Log())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("sms worker not ready:\n%s", p.Log())
-	}
-	return p
+	return startProc(t, "sms worker", "./examples/sms", procOptions{Env: env, Stop: syscall.SIGTERM}, args...)
 }
 
 // smsRun is what the fake provider saw during one run.

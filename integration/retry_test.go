@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -678,17 +677,6 @@ print("OK")
 	})
 }
 
-// buildCLI builds cmd/celeriac into a temporary directory.
-func buildCLI(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "celeriac")
-	out, err := exec.Command("go", "build", "-C", "..", "-o", bin, "./cmd/celeriac").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build ./cmd/celeriac: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // runCLI runs the built celeriac and returns its stdout; it must exit 0.
 func (e *rt6Env) runCLI(bin string, args ...string) string {
 	e.t.Helper()
@@ -708,7 +696,7 @@ func (e *rt6Env) runCLI(bin string, args ...string) string {
 // one attempt (dead again while the fault lasts, done once it is gone);
 // with --reset-retries it starts from 0.
 func TestRetryDLQReplay(t *testing.T) {
-	bin := buildCLI(t)
+	bin := celeriacBin(t)
 	eachRT6Broker(t, func(t *testing.T, bc brokerCase) {
 		e := newRT6(t, bc, "replay")
 		var qargs map[string]any

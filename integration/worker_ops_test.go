@@ -5,11 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,102 +20,17 @@ import (
 )
 
 // celeriacBin builds cmd/celeriac once per test binary.
-var celeriacBuild struct {
-	sync.Once
-	path string
-	err  error
-}
-
-func celeriacBin(t *testing.T) string {
-	t.Helper()
-	celeriacBuild.Do(func() {
-		dir, err := os.MkdirTemp("", "celeriac-bin")
-		if err != nil {
-			celeriacBuild.err = err
-			return
-		}
-		celeriacBuild.path = filepath.Join(dir, "celeriac")
-		out, err := exec.Command("go", "build", "-C", "..", "-o", celeriacBuild.path, "./cmd/celeriac").CombinedOutput()
-		if err != nil {
-			celeriacBuild.err = fmt.Errorf("go build ./cmd/celeriac: %v\n%s", err, out)
-		}
-	})
-	if celeriacBuild.err != nil {
-		t.Fatal(celeriacBuild.err)
-	}
-	return celeriacBuild.path
-}
+func celeriacBin(t testing.TB) string { return buildBin(t, "./cmd/celeriac") }
 
 // workerProc is a `celeriac worker` subprocess.
-type workerProc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	mu   sync.Mutex
-	log  strings.Builder
-	err  error
-}
+type workerProc = proc
 
+// startWorkerProc starts `celeriac worker` on bc's broker and backend and
+// waits until it consumes; the test's end kills it.
 func startWorkerProc(t *testing.T, bc brokerCase, args ...string) *workerProc {
 	t.Helper()
-	cmd := exec.Command(celeriacBin(t), append([]string{"worker", "--broker", bc.broker, "--result-backend", bc.backend}, args...)...)
-	cmd.Env = append(os.Environ(), "CELERY_BROKER_URL=", "CELERY_RESULT_BACKEND=")
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	p := &workerProc{cmd: cmd, done: make(chan struct{})}
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 4<<20)
-		var once sync.Once
-		for sc.Scan() {
-			p.mu.Lock()
-			p.log.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-			if strings.Contains(sc.Text(), "worker ready") {
-				once.Do(func() { close(ready) })
-			}
-		}
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("celeriac worker log:\n%s", p.Log())
-		}
-	})
-	select {
-	case <-ready:
-	case <-p.done:
-		t.Fatalf("celeriac worker exited early:\n%s", p.Log())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("celeriac worker not ready:\n%s", p.Log())
-	}
-	return p
-}
-
-// signalAndWait sends sig and waits up to timeout for a clean exit.
-func (p *workerProc) signalAndWait(t *testing.T, sig os.Signal, timeout time.Duration) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(timeout):
-		t.Fatalf("worker did not exit after %v:\n%s", sig, p.Log())
-	}
-	if p.err != nil {
-		t.Fatalf("worker exit after %v: %v\n%s", sig, p.err, p.Log())
-	}
+	return startProc(t, "celeriac worker", "./cmd/celeriac", procOptions{},
+		append([]string{"worker", "--broker", bc.broker, "--result-backend", bc.backend}, args...)...)
 }
 
 // outputIDs returns the task ids a Python client printed on its "IDS" line.
@@ -146,12 +58,6 @@ func resultStates(t *testing.T, bc brokerCase, ids []string) map[string]string {
 		}
 	}
 	return states
-}
-
-func (p *workerProc) Log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
 }
 
 // readyMessages counts the messages waiting in a queue.

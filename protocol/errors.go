@@ -18,6 +18,9 @@ var (
 	ErrTooLarge = errors.New("protocol: message too large")
 	// ErrTooDeep: the nesting bound of DecodeOptions was exceeded.
 	ErrTooDeep = errors.New("protocol: nesting too deep")
+	// ErrUnencodable: a value has no JSON or msgpack form (a channel, a
+	// function, a cycle). Encoders wrap it; encoding it again cannot help.
+	ErrUnencodable = errors.New("protocol: cannot encode value")
 )
 
 // ContentTypeError reports a content type that is refused.

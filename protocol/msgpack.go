@@ -399,7 +399,7 @@ func (e *msgpackEncoder) value(v any, depth int) error {
 		case x.IsUint64():
 			return enc.EncodeUint(x.Uint64())
 		}
-		return fmt.Errorf("protocol: msgpack cannot carry the integer %s (wider than 64 bits)", x)
+		return fmt.Errorf("%w: msgpack cannot carry the integer %s (wider than 64 bits)", ErrUnencodable, x)
 	case time.Time:
 		var tmp [40]byte
 		return enc.EncodeString(string(appendTime(tmp[:0], x)))

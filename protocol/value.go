@@ -438,7 +438,7 @@ func toValue(v any, depth int) (any, error) {
 		case int64, float64, *big.Int:
 			return n, nil
 		}
-		return nil, fmt.Errorf("protocol: encode json.Number %q: not a number (%v)", string(x), err)
+		return nil, fmt.Errorf("%w: json.Number %q is not a number (%v)", ErrUnencodable, string(x), err)
 	case []any:
 		if x == nil {
 			return nil, nil
@@ -481,13 +481,13 @@ func toValue(v any, depth int) (any, error) {
 	case json.Marshaler:
 		data, err := x.MarshalJSON()
 		if err != nil {
-			return nil, fmt.Errorf("protocol: encode %T: %w", v, err)
+			return nil, fmt.Errorf("%w: %T: %w", ErrUnencodable, v, err)
 		}
 		return decodeFallbackJSON(v, data)
 	case encoding.TextMarshaler:
 		text, err := x.MarshalText()
 		if err != nil {
-			return nil, fmt.Errorf("protocol: encode %T: %w", v, err)
+			return nil, fmt.Errorf("%w: %T: %w", ErrUnencodable, v, err)
 		}
 		return string(text), nil
 	}
@@ -542,11 +542,11 @@ func toValue(v any, depth int) (any, error) {
 		return out, nil
 	case reflect.Struct:
 	default:
-		return nil, fmt.Errorf("protocol: cannot encode a value of type %T", v)
+		return nil, fmt.Errorf("%w: type %T", ErrUnencodable, v)
 	}
 	data, err := json.Marshal(v)
 	if err != nil {
-		return nil, fmt.Errorf("protocol: encode %T: %w", v, err)
+		return nil, fmt.Errorf("%w: %T: %w", ErrUnencodable, v, err)
 	}
 	return decodeFallbackJSON(v, data)
 }
@@ -554,7 +554,7 @@ func toValue(v any, depth int) (any, error) {
 func decodeFallbackJSON(v any, data []byte) (any, error) {
 	out, err := DecodeJSON(data, DecodeOptions{MaxBodySize: math.MaxInt, MaxDepth: MaxDepthLimit})
 	if err != nil {
-		return nil, fmt.Errorf("protocol: encode %T: %w", v, err)
+		return nil, fmt.Errorf("%w: %T: %w", ErrUnencodable, v, err)
 	}
 	return out, nil
 }

@@ -29,7 +29,7 @@ func TestImportGraph(t *testing.T) {
 		}
 		imports[strings.TrimPrefix(p.ImportPath, mod)] = p.Imports
 	}
-	adapters := []string{"transport/amqp", "transport/redis", "transport/memory", "backend/redis", "backend/memory", "backend/rpc"}
+	adapters := []string{"transport/amqp", "transport/redis", "transport/memory", "backend/redis", "backend/memory", "backend/rpc", "backend/sql"}
 	isAdapter := func(p string) bool {
 		for _, a := range adapters {
 			if p == a {

@@ -3,6 +3,9 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"testing"
 	"time"
 
@@ -16,9 +19,29 @@ import (
 // BenchmarkDrain measures the worker's own cost per task: a queue of
 // Python-shaped no-op tasks drained through the in-memory transport (so
 // broker round trips are out of the picture), with and without results.
+//
+// BenchmarkDrainTracing is the same drain (with results) with tracing off and
+// on at sample ratio 1.0 (spans batched to an exporter that discards them):
+// off must cost what BenchmarkDrain costs.
 func BenchmarkDrain(b *testing.B) {
 	for _, results := range []bool{false, true} {
-		b.Run(fmt.Sprintf("results=%t", results), func(b *testing.B) {
+		b.Run(fmt.Sprintf("results=%t", results), func(b *testing.B) { benchDrain(b, results, nil) })
+	}
+}
+
+func BenchmarkDrainTracing(b *testing.B) {
+	b.Run("tracing=off", func(b *testing.B) { benchDrain(b, true, nil) })
+	b.Run("tracing=on", func(b *testing.B) {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.TraceIDRatioBased(1.0)),
+			sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+		defer tp.Shutdown(context.Background())
+		benchDrain(b, true, tp)
+	})
+}
+
+func benchDrain(b *testing.B, results bool, tp trace.TracerProvider) {
+	{
+		{
 			tr := memory.New(memory.Config{})
 			defer tr.Close()
 			be := membackend.New()
@@ -29,7 +52,8 @@ func BenchmarkDrain(b *testing.B) {
 				done <- struct{}{}
 				return nil, nil
 			})
-			cfg := worker.Config{Queues: []string{"bench"}, Concurrency: 8, PrefetchMultiplier: 4, WithoutHeartbeat: true, WithoutControl: true}
+			cfg := worker.Config{Queues: []string{"bench"}, Concurrency: 8, PrefetchMultiplier: 4, WithoutHeartbeat: true, WithoutControl: true,
+				TracerProvider: tp}
 			if results {
 				cfg.Backend = be
 			}
@@ -60,7 +84,7 @@ func BenchmarkDrain(b *testing.B) {
 			if err := <-errc; err != nil {
 				b.Fatal(err)
 			}
-		})
+		}
 	}
 }
 

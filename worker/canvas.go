@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"math"
 	"math/big"
 	"time"
@@ -29,6 +30,9 @@ type callOptions struct {
 	// queue is the queue of the task that applies the signature: where its
 	// messages go when nothing routes them (see Config.Routes).
 	queue string
+	// span is the run's span (nil when tracing is off): what is published
+	// joins its trace.
+	span trace.Span
 }
 
 // signatureMessage turns a plain signature into a task message and its
@@ -251,7 +255,7 @@ func toTime(v any) (time.Time, error) {
 // signatures become one message; group, chain and chord signatures are
 // expanded. It returns the ids of what it published (for the parent's
 // children).
-func (w *Worker) applySignature(ctx context.Context, sig protocol.Signature, extra []any, c callOptions) ([]string, error) {
+func (w *Worker) applySignature(sig protocol.Signature, extra []any, c callOptions) ([]string, error) {
 	now := time.Now()
 	switch sig.SubtaskType {
 	case "", "signature":
@@ -259,12 +263,14 @@ func (w *Worker) applySignature(ctx context.Context, sig protocol.Signature, ext
 		if err != nil {
 			return nil, err
 		}
-		if err := w.producer.publish(ctx, m, dest, o.serializer, o.compression); err != nil {
+		if err := w.persist(func(ctx context.Context) error {
+			return w.producer.publish(withSpan(ctx, c.span), m, dest, o.serializer, o.compression)
+		}); err != nil {
 			return nil, err
 		}
 		return []string{m.ID}, nil
 	case "group":
-		return w.applyGroup(ctx, sig, extra, c)
+		return w.applyGroup(sig, extra, c)
 	case "chain":
 		tasks, err := signatureList(sig.Kwargs["tasks"])
 		if err != nil || len(tasks) == 0 {
@@ -280,14 +286,14 @@ func (w *Worker) applySignature(ctx context.Context, sig protocol.Signature, ext
 			rest = append(append([]protocol.Signature(nil), c.chain...), rest...)
 		}
 		c.chain, c.hasChain = rest, true
-		return w.applySignature(ctx, tasks[0], extra, c)
+		return w.applySignature(tasks[0], extra, c)
 	case "chord":
-		return w.applyChord(ctx, sig, extra, c)
+		return w.applyChord(sig, extra, c)
 	}
 	return nil, fmt.Errorf("worker: cannot apply a %q signature", sig.SubtaskType)
 }
 
-func (w *Worker) applyGroup(ctx context.Context, sig protocol.Signature, extra []any, c callOptions) ([]string, error) {
+func (w *Worker) applyGroup(sig protocol.Signature, extra []any, c callOptions) ([]string, error) {
 	tasks, err := signatureList(sig.Kwargs["tasks"])
 	if err != nil {
 		return nil, fmt.Errorf("worker: group signature: %w", err)
@@ -301,7 +307,7 @@ func (w *Worker) applyGroup(ctx context.Context, sig protocol.Signature, extra [
 		cc := c
 		cc.groupID = gid
 		cc.groupIndex = nil
-		got, err := w.applySignature(ctx, t, extra, cc)
+		got, err := w.applySignature(t, extra, cc)
 		ids = append(ids, got...)
 		if err != nil {
 			return ids, err
@@ -310,7 +316,7 @@ func (w *Worker) applyGroup(ctx context.Context, sig protocol.Signature, extra [
 	return ids, nil
 }
 
-func (w *Worker) applyChord(ctx context.Context, sig protocol.Signature, extra []any, c callOptions) ([]string, error) {
+func (w *Worker) applyChord(sig protocol.Signature, extra []any, c callOptions) ([]string, error) {
 	header, err := protocol.DecodeSignature(sig.Kwargs["header"])
 	if err != nil {
 		return nil, fmt.Errorf("worker: chord header: %w", err)
@@ -337,7 +343,9 @@ func (w *Worker) applyChord(ctx context.Context, sig protocol.Signature, extra [
 	if !ok {
 		return nil, errors.New("worker: chords need a result backend that counts chord parts (the Redis backend)")
 	}
-	if err := chords.SetChordSize(ctx, gid, len(tasks)); err != nil {
+	if err := w.persist(func(ctx context.Context) error {
+		return chords.SetChordSize(ctx, gid, len(tasks))
+	}); err != nil {
 		return nil, fmt.Errorf("worker: chord size: %w", err)
 	}
 	var ids []string
@@ -345,7 +353,7 @@ func (w *Worker) applyChord(ctx context.Context, sig protocol.Signature, extra [
 		idx := i
 		cc := c
 		cc.groupID, cc.groupIndex, cc.chord = gid, &idx, &body
-		got, err := w.applySignature(ctx, t, extra, cc)
+		got, err := w.applySignature(t, extra, cc)
 		ids = append(ids, got...)
 		if err != nil {
 			return ids, err

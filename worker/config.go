@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"os"
 	"runtime"
 	"strings"
@@ -154,6 +156,18 @@ type Config struct {
 
 	// Logger receives the worker's logs; nil means no logging.
 	Logger *zap.Logger
+	// TracerProvider turns on OpenTelemetry tracing, as
+	// opentelemetry-instrumentation-celery does it in Python: each run is a
+	// CONSUMER span "run/<task name>", a child of the context its message
+	// carries (traceparent, tracestate, baggage headers), and every message
+	// the worker publishes (retries, chain steps, callbacks, errbacks, chord
+	// bodies) carries the current context. Nil, the default, is off and
+	// costs nothing.
+	TracerProvider trace.TracerProvider
+	// Propagator reads and writes the context in message headers. Default:
+	// W3C trace context and baggage (OpenTelemetry's default propagators).
+	Propagator propagation.TextMapPropagator
+
 	// BaseContext returns the context handlers' contexts derive from. It is
 	// never cancelled by shutdown (see ShutdownTimeout). Default:
 	// context.Background.

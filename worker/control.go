@@ -408,7 +408,7 @@ func (w *Worker) activeInfo(safe bool) []any {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := make([]any, 0, len(w.active))
-	for _, a := range w.active {
+	for a := range w.active {
 		out = append(out, w.requestInfo(a.task.Message, a.delivery, a.started, a.acked, safe))
 	}
 	return out
@@ -450,8 +450,8 @@ func (w *Worker) queryTask(ids []string) map[string]any {
 	}
 	out := map[string]any{}
 	w.mu.Lock()
-	for id, a := range w.active {
-		if want[id] {
+	for a := range w.active {
+		if id := a.task.ID; want[id] {
 			out[id] = []any{"active", w.requestInfo(a.task.Message, a.delivery, a.started, a.acked, false)}
 		}
 	}
@@ -587,15 +587,27 @@ func (w *Worker) revokeCommand(ids []string, terminate bool) map[string]any {
 	})
 	if terminate {
 		var terminated []string
-		w.mu.Lock()
+		want := make(map[string]bool, len(ids))
 		for _, id := range ids {
-			if a := w.active[id]; a != nil {
-				a.terminated = true
+			want[id] = true
+		}
+		found := make(map[string]bool, len(ids))
+		w.mu.Lock()
+		// Every run of a revoked id ends: a redelivered copy running beside
+		// the first is the same task.
+		for a := range w.active {
+			if id := a.task.ID; want[id] {
+				a.terminated.Store(true)
 				a.cancel(ErrRevoked)
-				terminated = append(terminated, id)
+				found[id] = true
 			}
 		}
 		w.mu.Unlock()
+		for _, id := range ids {
+			if found[id] && !slices.Contains(terminated, id) {
+				terminated = append(terminated, id)
+			}
+		}
 		if len(terminated) == 0 {
 			return ok("terminate: tasks unknown")
 		}

@@ -61,3 +61,48 @@ func FuzzMatchNode(f *testing.F) {
 		}
 	})
 }
+
+// TestControlForMe: destination, pattern and matcher select nodes as
+// kombu's Node.handle_message does: a pattern counts only with a matcher,
+// "glob" is fnmatch, "pcre" is re.match (anchored at the start).
+func TestControlForMe(t *testing.T) {
+	for _, tc := range []struct {
+		sel  map[string]any
+		want bool
+	}{
+		{map[string]any{}, true},
+		{map[string]any{"destination": []any{}}, true},
+		{map[string]any{"destination": nil}, true},
+		{map[string]any{"destination": []any{"w1@test"}}, true},
+		{map[string]any{"destination": []any{"w2@test", "w1@test"}}, true},
+		{map[string]any{"destination": []any{"w2@test"}}, false},
+		{map[string]any{"destination": []any{int64(1), "w1@test"}}, true},
+		{map[string]any{"destination": []any{"w2@test"}, "pattern": "w1*", "matcher": "glob"}, false},
+		{map[string]any{"pattern": "w1@*", "matcher": "glob"}, true},
+		{map[string]any{"pattern": "W1@*", "matcher": "glob"}, false},
+		{map[string]any{"pattern": "w[0-9]@test", "matcher": "glob"}, true},
+		{map[string]any{"pattern": "w[!1]@test", "matcher": "glob"}, false},
+		{map[string]any{"pattern": "w[!2]@test", "matcher": "glob"}, true},
+		{map[string]any{"pattern": "w?@t*", "matcher": "glob"}, true},
+		{map[string]any{"pattern": "test", "matcher": "glob"}, false},
+		{map[string]any{"pattern": "w1@*", "matcher": nil}, true}, // no matcher: no selection
+		{map[string]any{"pattern": "nobody", "matcher": nil}, true},
+		{map[string]any{"pattern": "w1", "matcher": "pcre"}, true},
+		{map[string]any{"pattern": "test", "matcher": "pcre"}, false}, // re.match is anchored
+		{map[string]any{"pattern": ".*test$", "matcher": "pcre"}, true},
+		{map[string]any{"pattern": "(", "matcher": "pcre"}, false},
+		{map[string]any{"pattern": "w1@*", "matcher": "nosuch"}, false},
+	} {
+		body := map[string]any{"method": "ping", "arguments": map[string]any{}}
+		for k, v := range tc.sel {
+			body[k] = v
+		}
+		req, ok := parseControl(body)
+		if !ok {
+			t.Fatalf("parseControl(%v) refused a ping", body)
+		}
+		if got := req.forMe("w1@test"); got != tc.want {
+			t.Errorf("selection %v: for w1@test = %v, want %v", tc.sel, got, tc.want)
+		}
+	}
+}

@@ -438,39 +438,16 @@ func TestControlHeartbeatReplies(t *testing.T) {
 	}
 }
 
-// TestControlSelection: destination, pattern and matcher select nodes as
-// kombu's Node.handle_message does: a pattern counts only with a matcher,
-// "glob" is fnmatch, "pcre" is re.match (anchored at the start).
+// TestControlSelection: a worker replies to a request selected for it and
+// stays silent otherwise, end to end over the pidbox. The selection rules
+// themselves are table-tested on the parsed request (TestControlForMe), so
+// this waits out the reply timeout only once.
 func TestControlSelection(t *testing.T) {
 	_, c := startControlled(t) // node w1@test
-	for _, tc := range []struct {
-		sel  map[string]any
-		want bool
-	}{
-		{map[string]any{}, true},
-		{map[string]any{"destination": []any{}}, true},
-		{map[string]any{"destination": []any{"w1@test"}}, true},
-		{map[string]any{"destination": []any{"w2@test", "w1@test"}}, true},
-		{map[string]any{"destination": []any{"w2@test"}}, false},
-		{map[string]any{"destination": []any{"w2@test"}, "pattern": "w1*", "matcher": "glob"}, false},
-		{map[string]any{"pattern": "w1@*", "matcher": "glob"}, true},
-		{map[string]any{"pattern": "W1@*", "matcher": "glob"}, false},
-		{map[string]any{"pattern": "w[0-9]@test", "matcher": "glob"}, true},
-		{map[string]any{"pattern": "w[!1]@test", "matcher": "glob"}, false},
-		{map[string]any{"pattern": "w[!2]@test", "matcher": "glob"}, true},
-		{map[string]any{"pattern": "w?@t*", "matcher": "glob"}, true},
-		{map[string]any{"pattern": "test", "matcher": "glob"}, false},
-		{map[string]any{"pattern": "w1@*", "matcher": nil}, true}, // no matcher: no selection
-		{map[string]any{"pattern": "nobody", "matcher": nil}, true},
-		{map[string]any{"pattern": "w1", "matcher": "pcre"}, true},
-		{map[string]any{"pattern": "test", "matcher": "pcre"}, false}, // re.match is anchored
-		{map[string]any{"pattern": ".*test$", "matcher": "pcre"}, true},
-		{map[string]any{"pattern": "(", "matcher": "pcre"}, false},
-		{map[string]any{"pattern": "w1@*", "matcher": "nosuch"}, false},
-	} {
-		_, replied := c.request("ping", nil, tc.sel)
-		if replied != tc.want {
-			t.Errorf("selection %v: replied %v, want %v", tc.sel, replied, tc.want)
-		}
+	if _, replied := c.request("ping", nil, map[string]any{"pattern": "w1@*", "matcher": "glob"}); !replied {
+		t.Error("selected by pattern, did not reply")
+	}
+	if _, replied := c.request("ping", nil, map[string]any{"destination": []any{"w2@test"}}); replied {
+		t.Error("not a destination, replied")
 	}
 }

@@ -30,6 +30,31 @@ var (
 	ErrShutdown = errors.New("worker: worker shutting down")
 )
 
+// ShutdownError is Run's error when the shutdown cut running tasks short:
+// the shutdown timeout passed (or Close asked for a cold shutdown) while
+// they ran. Cancelled tasks whose messages were still unacknowledged
+// (acks_late) went back to the broker. Abandoned handlers ignored their
+// context and were still running when Run returned; their outcome is not
+// recorded and their acks_late messages come back from the broker once
+// the transport closes.
+type ShutdownError struct {
+	// Cancelled is how many running tasks the shutdown cancelled.
+	Cancelled int
+	// Abandoned is how many handler calls were still running when Run
+	// returned.
+	Abandoned int
+}
+
+func (e *ShutdownError) Error() string {
+	if e.Abandoned == 0 {
+		return fmt.Sprintf("worker: shutdown cancelled %d running tasks", e.Cancelled)
+	}
+	return fmt.Sprintf("worker: shutdown cancelled %d running tasks and abandoned %d still running", e.Cancelled, e.Abandoned)
+}
+
+// Is makes errors.Is(err, ErrShutdown) hold.
+func (e *ShutdownError) Is(target error) bool { return target == ErrShutdown }
+
 // RejectError asks the worker to reject the message (Celery's Reject).
 type RejectError struct {
 	Err     error

@@ -28,6 +28,10 @@ type harness struct {
 	// (a transporttest.Faulty, say); the producer still publishes to tr.
 	wrap func(transport.Transport) transport.Transport
 
+	// waitLimit bounds wait (default 20 s); tests in a synctest bubble,
+	// where time is virtual, raise it past their longest task.
+	waitLimit time.Duration
+
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -108,7 +112,11 @@ func (h *harness) send(name string, args []any, kwargs map[string]any, opts ...w
 // wait waits for a ready state of id.
 func (h *harness) wait(id string) *protocol.ResultMeta {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	limit := h.waitLimit
+	if limit == 0 {
+		limit = 20 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	m, err := h.be.Wait(ctx, id)
 	if err != nil {

@@ -1,6 +1,10 @@
 package worker
 
-import "time"
+import (
+	"time"
+
+	"github.com/celeriac/celeriac/protocol"
+)
 
 // Outcome is how a task run ended, for metrics.
 type Outcome string
@@ -40,6 +44,21 @@ type Observer interface {
 	// MessageRejected: a message was dead-lettered before any handler ran
 	// (undecodable, refused content type, unknown task, too large...).
 	MessageRejected(reason string)
+}
+
+// LossObserver is an optional extension of Observer: an Observer that also
+// implements it is told of every result write the worker gave up on after
+// its settle budget (the backend stayed down), so that no lost result goes
+// uncounted (worker/prommetrics exports it).
+type LossObserver interface {
+	// ResultLost: a state for a task could not be stored.
+	ResultLost(state protocol.State)
+}
+
+func (w *Worker) resultLost(state protocol.State) {
+	if lo, ok := w.cfg.Observer.(LossObserver); ok {
+		lo.ResultLost(state)
+	}
 }
 
 // Stats is a snapshot of the worker's state, for gauges.

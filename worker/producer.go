@@ -3,6 +3,9 @@ package worker
 import (
 	"context"
 	"fmt"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"os"
 	"strconv"
 	"time"
@@ -34,6 +37,15 @@ type ProducerConfig struct {
 	// ReplyTo is the default reply_to property (the RPC backend's reply
 	// queue).
 	ReplyTo string
+	// TracerProvider turns on tracing: each message is published in a
+	// PRODUCER span "apply_async/<task name>", a child of the context given
+	// to SendTask, and carries that span's context in its headers, where a
+	// Python worker with opentelemetry-instrumentation-celery (or celeriac)
+	// continues the trace. Nil, the default, is off.
+	TracerProvider trace.TracerProvider
+	// Propagator writes the context into headers. Default: W3C trace
+	// context and baggage.
+	Propagator propagation.TextMapPropagator
 }
 
 // Producer publishes task messages that Python Celery workers and celeriac
@@ -45,6 +57,7 @@ type Producer struct {
 	// defaultSet is false when DefaultQueue was not configured, so that a
 	// per-call fallback may win over "celery".
 	defaultSet bool
+	tracing    *tracing
 }
 
 // NewProducer returns a Producer publishing through pub (any
@@ -61,7 +74,7 @@ func NewProducer(pub Publisher, cfg ProducerConfig) *Producer {
 		host, _ := os.Hostname()
 		cfg.Origin = "gen" + strconv.Itoa(os.Getpid()) + "@" + host
 	}
-	return &Producer{pub: pub, cfg: cfg, defaultSet: defaultSet}
+	return &Producer{pub: pub, cfg: cfg, defaultSet: defaultSet, tracing: newTracing(cfg.TracerProvider, cfg.Propagator)}
 }
 
 // SendOption modifies one SendTask call, like apply_async's keyword
@@ -314,12 +327,21 @@ func expiration(expires, now time.Time) string {
 	return strconv.FormatInt(ms, 10)
 }
 
-func (p *Producer) publish(ctx context.Context, m *protocol.TaskMessage, dest destination, serializer, compression string) error {
+func (p *Producer) publish(ctx context.Context, m *protocol.TaskMessage, dest destination, serializer, compression string) (err error) {
 	if serializer == "" {
 		serializer = p.cfg.Serializer
 	}
 	if compression == "" {
 		compression = p.cfg.Compression
+	}
+	if p.tracing != nil {
+		span := p.tracing.startPublish(ctx, m, dest)
+		defer span.End()
+		defer func() {
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			}
+		}()
 	}
 	msg, err := protocol.EncodeTask(m, protocol.EncodeOptions{ContentType: serializer, Compression: compression})
 	if err != nil {

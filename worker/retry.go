@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"go.opentelemetry.io/otel/attribute"
 	"math/rand/v2"
 	"time"
 
@@ -42,7 +43,7 @@ func (w *Worker) decideRetry(r *run, err error) retry.Decision {
 // settles the original. The original (acks_late) is acknowledged only after
 // the broker confirmed the new message, so a crash in between leaves a
 // duplicate at worst, never a loss.
-func (w *Worker) retryTask(ctx context.Context, r *run, d retry.Decision) {
+func (w *Worker) retryTask(r *run, d retry.Decision) {
 	m := r.p.m
 	next := *m
 	next.Retries = m.Retries + 1
@@ -87,12 +88,20 @@ func (w *Worker) retryTask(ctx context.Context, r *run, d retry.Decision) {
 		ex = exceptionOf(d.Err)
 		tb = traceback(r.t, d.Err, ex)
 	}
+	if r.span != nil && r.span.IsRecording() {
+		reason := d.Reason.String()
+		if d.Err != nil {
+			reason = d.Err.Error()
+		}
+		r.span.SetAttributes(attribute.String(attrRetryReason, reason))
+		endRun(r.span, string(protocol.StateRetry), nil, "")
+	}
 	if !w.ignoreResult(r) {
 		var result any
 		if ex != nil {
 			result = ex
 		}
-		w.store(ctx, r, protocol.StateRetry, result, tb, []any{protocol.ChildTuple(m.ID)})
+		w.store(r, protocol.StateRetry, result, tb, []any{protocol.ChildTuple(m.ID)})
 	}
 	evExc, evTb := "", ""
 	if ex != nil {
@@ -101,14 +110,17 @@ func (w *Worker) retryTask(ctx context.Context, r *run, d retry.Decision) {
 	if w.events.taskOn() {
 		w.events.task("task-retried", map[string]any{"uuid": m.ID, "exception": evExc, "traceback": evTb})
 	}
-	if err := w.producer.publish(ctx, &next, dest, ct, m.Compression); err != nil {
+	if err := w.persist(func(ctx context.Context) error {
+		return w.producer.publish(withSpan(ctx, r.span), &next, dest, ct, m.Compression)
+	}); err != nil {
 		r.logAt(zap.ErrorLevel, "publishing the retry failed", zap.Error(err))
 		if !r.acked {
 			// The original is still ours: give it back rather than lose it.
-			w.settle(ctx, r, settleRequeue)
+			w.cfg.Observer.TaskFinished(m.Name, OutcomeRejected, r.runtime)
+			w.settle(r, settleRequeue)
 			return
 		}
-		w.fail(ctx, r, errors.Join(d.Err, err), "retry-publish-failed")
+		w.fail(r, errors.Join(d.Err, err), "retry-publish-failed")
 		return
 	}
 	w.retried.Add(1)
@@ -118,7 +130,7 @@ func (w *Worker) retryTask(ctx context.Context, r *run, d retry.Decision) {
 		fields = append(fields, zap.Error(d.Err))
 	}
 	r.logAt(zap.InfoLevel, "task retry scheduled", fields...)
-	w.settle(ctx, r, settleAck)
+	w.settle(r, settleAck)
 }
 
 // failReason names a terminal failure for logs and dead-letter records.

@@ -24,15 +24,25 @@ type Worker struct {
 	cfg      Config
 	log      *zap.Logger
 	producer *Producer
+	tracing  *tracing // nil: tracing off
 
 	started   atomic.Bool
 	cold      chan struct{}
 	closeOnce sync.Once
 
 	mu     sync.Mutex
-	active map[string]*activeTask
-	totals map[string]int64 // tasks run, by name (stats)
-	cur    *loop            // the running loop, for remote control
+	active map[*activeTask]struct{} // one entry per running delivery
+	totals map[string]int64         // tasks run, by name (stats)
+	cur    *loop                    // the running loop, for remote control
+
+	// settleBase is what settle budgets derive from: never cancelled by
+	// the start of a shutdown, only by abortSettle when Run gives up on
+	// what still runs, so that nothing of the worker acts after Run.
+	settleBase  context.Context
+	abortSettle context.CancelFunc
+	// handlers counts handler calls still running, also those a hard time
+	// limit or the shutdown gave up on.
+	handlers tally
 
 	clock    *clock
 	events   *events
@@ -49,13 +59,15 @@ type Worker struct {
 	startedAt time.Time
 }
 
-// activeTask is a running task, for remote control and cancellation.
+// activeTask is one running delivery of a task, for remote control and
+// cancellation.
 type activeTask struct {
 	task       *Task
 	delivery   *transport.Delivery
 	started    time.Time
 	acked      bool
-	terminated bool
+	terminated atomic.Bool // revoked with terminate
+	abandoned  atomic.Bool // Run returned without waiting for it
 	cancel     context.CancelCauseFunc
 }
 
@@ -78,7 +90,7 @@ func New(tr transport.Transport, mux *Mux, cfg Config) (*Worker, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With(zap.String("hostname", cfg.Hostname)),
 		cold:     make(chan struct{}),
-		active:   make(map[string]*activeTask),
+		active:   make(map[*activeTask]struct{}),
 		totals:   make(map[string]int64),
 		clock:    &clock{},
 		revoked:  newRevokedSet(defaultRevokesMax, defaultRevokeExpires),
@@ -102,10 +114,13 @@ func New(tr transport.Transport, mux *Mux, cfg Config) (*Worker, error) {
 				zap.String("task_name", name), zap.String("global_rate_limit", o.GlobalRateLimit))
 		}
 	}
+	w.tracing = newTracing(cfg.TracerProvider, cfg.Propagator)
 	w.producer = NewProducer(tr, ProducerConfig{
-		DefaultQueue: cfg.DefaultQueue,
-		Routes:       routes,
-		Origin:       cfg.Hostname,
+		DefaultQueue:   cfg.DefaultQueue,
+		Routes:         routes,
+		Origin:         cfg.Hostname,
+		TracerProvider: cfg.TracerProvider,
+		Propagator:     cfg.Propagator,
 	})
 	w.events = newEvents(w, tr, w.clock)
 	return w, nil
@@ -160,13 +175,21 @@ func (w *Worker) Close() error {
 // Run consumes and runs tasks until ctx is done, then shuts down
 // gracefully: it stops fetching, returns held (ETA) and unstarted messages to
 // the broker, waits up to Config.ShutdownTimeout for running tasks, cancels
-// those still running and returns. It returns nil after a clean shutdown and
+// those still running and returns.
+//
+// It returns nil after a clean shutdown: every task that started ran to its
+// end and was settled. When the shutdown timeout (or Close) cut running
+// tasks short, it returns a *ShutdownError saying how many were cancelled
+// and how many were still running when Run gave up on them, as
+// http.Server.Shutdown reports connections it could not close. Run returns
 // ErrWorkerClosed when called twice.
 func (w *Worker) Run(ctx context.Context) error {
 	if !w.started.CompareAndSwap(false, true) {
 		return ErrWorkerClosed
 	}
 	w.startedAt = time.Now()
+	w.settleBase, w.abortSettle = context.WithCancel(context.WithoutCancel(w.cfg.BaseContext()))
+	defer w.abortSettle()
 	// Strict and weighted order choose among the queues, so what the worker
 	// holds must follow what it takes, not the broker's refill order.
 	perQueue := w.cfg.QueueOrder == QueueOrderStrict || w.cfg.QueueOrder == QueueOrderWeighted
@@ -252,7 +275,8 @@ type loop struct {
 	poolWG      sync.WaitGroup
 	concurrency int
 	timer       *time.Timer
-	wg          sync.WaitGroup
+	// tasks counts running tasks and background settle work.
+	tasks tally
 
 	rates rateLimits
 	// calls runs functions on the loop goroutine: results of background
@@ -269,7 +293,7 @@ func newLoop(w *Worker, cons transport.Consumer) *loop {
 		w:           w,
 		cons:        cons,
 		queueIdx:    make(map[string]int, len(w.cfg.Queues)),
-		slotDone:    make(chan *slot, 1024),
+		slotDone:    make(chan *slot),
 		concurrency: w.cfg.Concurrency,
 		prefetch:    w.cfg.prefetch(),
 		prefetchSet: w.cfg.prefetch(),
@@ -298,7 +322,7 @@ func (l *loop) run(ctx context.Context) error {
 					consumeErr = errors.New("worker: consumer stopped")
 				}
 				l.w.log.Error("consumer closed; shutting down", zap.Error(consumeErr))
-				return errors.Join(consumeErr, l.shutdown(ctx, false))
+				return errors.Join(consumeErr, l.shutdown(false))
 			}
 			l.receive(ctx, d)
 		case <-l.timerC():
@@ -310,11 +334,11 @@ func (l *loop) run(ctx context.Context) error {
 		case f := <-l.calls:
 			f()
 		case <-ctx.Done():
-			return l.shutdown(ctx, false)
+			return l.shutdown(false)
 		case <-l.w.shutdown:
-			return l.shutdown(ctx, false)
+			return l.shutdown(false)
 		case <-l.w.cold:
-			return l.shutdown(ctx, true)
+			return l.shutdown(true)
 		}
 	}
 }
@@ -345,12 +369,12 @@ func (l *loop) receive(ctx context.Context, d *transport.Delivery) {
 		MaxDepth:    w.cfg.MaxNestingDepth,
 	})
 	if err != nil {
-		l.background(func() { w.rejectInvalid(ctx, d, err) })
+		l.background(func() { w.rejectInvalid(d, err) })
 		return
 	}
 	h, opts, ok := w.mux.lookup(m.Name)
 	if !ok {
-		l.background(func() { w.rejectUnknown(ctx, d, m) })
+		l.background(func() { w.rejectUnknown(d, m) })
 		return
 	}
 	now := time.Now()
@@ -359,11 +383,11 @@ func (l *loop) receive(ctx context.Context, d *transport.Delivery) {
 		w.events.task("task-received", taskReceivedFields(m))
 	}
 	if w.revoked.contains(now, m.ID) {
-		l.background(func() { w.revoke(ctx, d, m, "revoked") })
+		l.background(func() { w.revoke(d, m, "revoked") })
 		return
 	}
 	if !m.Expires.IsZero() && now.After(m.Expires) {
-		l.background(func() { w.revoke(ctx, d, m, "expired") })
+		l.background(func() { w.revoke(d, m, "expired") })
 		return
 	}
 	l.seq++
@@ -480,11 +504,11 @@ func (l *loop) promote(now time.Time) {
 			l.wantPrefetch()
 		}
 		if exp := p.m.Expires; !exp.IsZero() && now.After(exp) {
-			l.background(func() { l.w.revoke(context.Background(), p.d, p.m, "expired") })
+			l.background(func() { l.w.revoke(p.d, p.m, "expired") })
 			continue
 		}
 		if l.w.revoked.contains(now, p.m.ID) {
-			l.background(func() { l.w.revoke(context.Background(), p.d, p.m, "revoked") })
+			l.background(func() { l.w.revoke(p.d, p.m, "revoked") })
 			continue
 		}
 		l.advance(context.Background(), p, now)
@@ -560,7 +584,7 @@ func (l *loop) dispatch() {
 			continue
 		}
 		l.running++
-		l.wg.Add(1)
+		l.tasks.add()
 		var s *slot
 		if n := len(l.idle); n > 0 {
 			s, l.idle = l.idle[n-1], l.idle[:n-1]
@@ -583,8 +607,13 @@ func (l *loop) serve(s *slot) {
 	defer l.poolWG.Done()
 	for p := range s.work {
 		l.w.execute(p)
-		l.wg.Done()
-		l.slotDone <- s
+		l.tasks.done()
+		// Once the loop has stopped (shutdown) nobody takes the slot back:
+		// wait for the pool to close instead, however many slots there are.
+		select {
+		case l.slotDone <- s:
+		case <-l.done:
+		}
 	}
 }
 
@@ -631,7 +660,7 @@ func (l *loop) dropRevoked() {
 	l.wantPrefetch()
 	for _, p := range drop {
 		p := p
-		l.background(func() { l.w.revoke(context.Background(), p.d, p.m, "revoked") })
+		l.background(func() { l.w.revoke(p.d, p.m, "revoked") })
 	}
 }
 
@@ -669,25 +698,29 @@ func (l *loop) cancelQueue(name string) error {
 // background runs settle-only work (invalid, unknown, expired messages) off
 // the loop. The prefetch bound limits how many can be in flight.
 func (l *loop) background(f func()) {
-	l.wg.Add(1)
+	l.tasks.add()
 	go func() {
-		defer l.wg.Done()
+		defer l.tasks.done()
 		f()
 	}()
 }
 
 // shutdown stops fetching, returns what has not started to the broker and
-// waits for running tasks.
-func (l *loop) shutdown(ctx context.Context, cold bool) error {
+// waits for running tasks: up to ShutdownTimeout (not at all when cold),
+// then it cancels them and waits abandonGrace more, then gives up on what
+// still runs.
+func (l *loop) shutdown(cold bool) error {
 	// Nothing is dispatched from here on: the pooled goroutines may go as
 	// soon as their current task ends.
 	defer l.closePool()
 	w := l.w
 	w.log.Info("worker shutting down", zap.Bool("cold", cold), zap.Int("running", l.running),
 		zap.Int("held", len(l.held)), zap.Int("ready", l.ready.len()))
-	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	// One budget for stopping and for returning every unstarted message:
+	// this step starts now, whatever ran before.
+	sctx, cancel := w.settleCtx()
 	defer cancel()
-	if err := l.cons.Stop(settleCtx); err != nil {
+	if err := l.cons.Stop(sctx); err != nil {
 		w.log.Warn("stopping the consumer", zap.Error(err))
 	}
 	var requeue []*transport.Delivery
@@ -707,56 +740,140 @@ func (l *loop) shutdown(ctx context.Context, cold bool) error {
 	for p := l.ready.pop(); p != nil; p = l.ready.pop() {
 		requeue = append(requeue, p.d)
 	}
+	returned := 0
 	for _, d := range requeue {
-		if err := d.Reject(settleCtx, true); err != nil {
-			w.log.Warn("returning a message to the broker", zap.String("delivery_tag", d.Tag), zap.Error(err))
+		if err := persistWithin(sctx, func(ctx context.Context) error { return d.Reject(ctx, true) }); err != nil {
+			id, _ := d.Message.Headers["id"].(string)
+			w.log.Warn("returning a message to the broker failed; the broker will deliver it again",
+				zap.String("task_id", id), zap.String("delivery_tag", d.Tag), zap.Error(err))
+			continue
 		}
+		returned++
 	}
 	if len(requeue) > 0 {
-		w.log.Info("returned unstarted messages to the broker", zap.Int("count", len(requeue)))
+		w.log.Info("returned unstarted messages to the broker", zap.Int("count", returned), zap.Int("failed", len(requeue)-returned))
 	}
 	if l.timer != nil {
 		l.timer.Stop()
 	}
 
-	done := make(chan struct{})
-	go func() {
-		l.wg.Wait()
-		close(done)
-	}()
 	grace := w.cfg.ShutdownTimeout
 	if cold {
 		grace = 0
 	}
-	timer := time.NewTimer(grace)
-	defer timer.Stop()
-	select {
-	case <-done:
+	if l.idleWithin(grace, w.cold) {
 		return nil
-	case <-timer.C:
-	case <-w.cold:
 	}
-	n := w.cancelActive(ErrShutdown)
-	w.log.Warn("cancelled running tasks", zap.Int("count", n))
-	// Handlers that honour ctx return promptly; give them a moment, then
-	// leave the rest (their acks_late messages stay unacknowledged and come
-	// back when the transport closes).
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		w.log.Error("tasks still running after cancellation; abandoning them")
+	cancelled := w.cancelActive(ErrShutdown)
+	w.log.Warn("shutdown: cancelled running tasks", zap.Int("count", cancelled), zap.Bool("cold", cold))
+	// Handlers that honour ctx return promptly; give them a moment.
+	if !l.idleWithin(abandonGrace, nil) {
+		// Give up on what still runs: settle steps in flight stop at once
+		// (their acks_late messages stay unacknowledged and come back from
+		// the broker), and a handler that ignores its context is left to
+		// itself, its outcome unrecorded.
+		w.markAbandoned()
+		w.abortSettle()
+		l.idleWithin(abandonGrace, nil)
 	}
-	return nil
+	abandoned := w.handlers.count()
+	if abandoned > 0 {
+		w.log.Error("shutdown: tasks still running after cancellation; abandoning them", zap.Int("count", abandoned))
+	}
+	return &ShutdownError{Cancelled: cancelled, Abandoned: abandoned}
 }
 
-// cancelActive cancels every running task's context.
+// abandonGrace is how long a shutdown waits for cancelled tasks to return.
+const abandonGrace = 5 * time.Second
+
+// idleWithin waits until no task runs and no handler call is left, for at
+// most d or until stop is closed, and reports whether that happened.
+func (l *loop) idleWithin(d time.Duration, stop <-chan struct{}) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case <-l.tasks.idle():
+		case <-timer.C:
+			return false
+		case <-stop:
+			return false
+		}
+		select {
+		case <-l.w.handlers.idle():
+			return true
+		case <-timer.C:
+			return false
+		case <-stop:
+			return false
+		}
+	}
+}
+
+// cancelActive cancels every running task's context and returns how many
+// runs there were.
 func (w *Worker) cancelActive(cause error) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, a := range w.active {
+	for a := range w.active {
 		a.cancel(cause)
 	}
 	return len(w.active)
+}
+
+// markAbandoned flags every run still active as given up on by Run.
+func (w *Worker) markAbandoned() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for a := range w.active {
+		a.abandoned.Store(true)
+	}
+}
+
+// tally counts work in progress and tells when there is none, so that a
+// shutdown can wait for it with a deadline (a WaitGroup cannot be waited on
+// with one without a goroutine that outlives the wait).
+type tally struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed while n == 0
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (t *tally) add() {
+	t.mu.Lock()
+	if t.n == 0 {
+		t.zero = make(chan struct{})
+	}
+	t.n++
+	t.mu.Unlock()
+}
+
+func (t *tally) done() {
+	t.mu.Lock()
+	t.n--
+	if t.n == 0 {
+		close(t.zero)
+	}
+	t.mu.Unlock()
+}
+
+// idle returns a channel that is closed once nothing is in progress. It
+// may be closed already; a later add does not reopen it.
+func (t *tally) idle() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == 0 {
+		return closedChan
+	}
+	return t.zero
+}
+
+func (t *tally) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.n
 }
 
 // etaHeap orders held tasks by due time, then arrival.

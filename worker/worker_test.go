@@ -3,11 +3,11 @@ package worker_test
 import (
 	"context"
 	"errors"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -17,7 +17,6 @@ import (
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/retry"
 	"github.com/celeriac/celeriac/transport"
-	"github.com/celeriac/celeriac/transport/transporttest"
 	"github.com/celeriac/celeriac/worker"
 )
 
@@ -326,45 +325,6 @@ func TestRetryMessageKeepsTheTask(t *testing.T) {
 // retry message, the original (acks_late, unacknowledged) goes back to the
 // queue instead of being acked: the retry is not lost, and it is tried
 // again with the same retry count.
-func TestRetryPublishFailureRequeuesTheOriginal(t *testing.T) {
-	h := newHarness(t, worker.Config{})
-	var refused atomic.Int32
-	h.wrap = func(tr transport.Transport) transport.Transport {
-		ft := transporttest.NewFaulty(tr)
-		ft.SetFault(transporttest.OpPublish, func(c transporttest.Call) error {
-			// Only the first retry of the task; events and replies pass.
-			if c.Publishing.RoutingKey == "q" && refused.Load() == 0 {
-				refused.Add(1)
-				return errors.New("broker refused the message")
-			}
-			return nil
-		})
-		return ft
-	}
-	var (
-		mu       sync.Mutex
-		attempts []int
-	)
-	h.mux.HandleFunc("tasks.flaky", func(ctx context.Context, t *worker.Task) (any, error) {
-		mu.Lock()
-		attempts = append(attempts, t.Retries)
-		mu.Unlock()
-		if t.Retries == 0 {
-			return nil, retry.Now(errBoom)
-		}
-		return "ok", nil
-	}, worker.AcksLate(true))
-	h.start()
-	if m := h.wait(h.send("tasks.flaky", nil, nil)); m.Status != protocol.StateSuccess {
-		t.Fatalf("result %s %v; want SUCCESS", m.Status, m.Result)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if refused.Load() != 1 || !slices.Equal(attempts, []int{0, 0, 1}) {
-		t.Fatalf("refused %d, attempts (retries seen) %v; want 1 and [0 0 1]: the refused retry's original ran again", refused.Load(), attempts)
-	}
-}
-
 // TestHandlerReject: worker.Reject(err, false) dead-letters the message
 // (Celery's Reject(requeue=False)); Reject(err, true) puts it back on the
 // queue, where it runs again.
@@ -504,34 +464,37 @@ func TestConcurrencyIsBounded(t *testing.T) {
 }
 
 func TestGracefulShutdownFinishesRunningAndReturnsTheRest(t *testing.T) {
-	h := newHarness(t, worker.Config{Concurrency: 2, PrefetchMultiplier: 4})
-	started := make(chan struct{}, 100)
-	release := make(chan struct{})
-	var finished atomic.Int32
-	h.mux.HandleFunc("tasks.work", func(ctx context.Context, t *worker.Task) (any, error) {
-		started <- struct{}{}
-		<-release
-		finished.Add(1)
-		return nil, nil
-	}, worker.AcksLate(true))
-	h.start()
-	const total = 20
-	for i := 0; i < total; i++ {
-		h.send("tasks.work", nil, nil)
-	}
-	<-started
-	<-started
-	stopped := h.stopAsync()
-	// The two running tasks finish after the shutdown began.
-	time.Sleep(50 * time.Millisecond)
-	close(release)
-	if err := <-stopped; err != nil {
-		t.Fatal(err)
-	}
-	n, _ := h.tr.Len(context.Background(), "q")
-	if int(finished.Load()) != 2 || n != total-2 {
-		t.Fatalf("finished %d, left on the broker %d; want 2 and %d", finished.Load(), n, total-2)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, worker.Config{Concurrency: 2, PrefetchMultiplier: 4})
+		release := make(chan struct{})
+		var started, finished atomic.Int32
+		h.mux.HandleFunc("tasks.work", func(ctx context.Context, t *worker.Task) (any, error) {
+			started.Add(1)
+			<-release
+			finished.Add(1)
+			return nil, nil
+		}, worker.AcksLate(true))
+		h.start()
+		const total = 20
+		for i := 0; i < total; i++ {
+			h.send("tasks.work", nil, nil)
+		}
+		synctest.Wait()
+		if started.Load() != 2 {
+			t.Fatalf("%d started, want 2", started.Load())
+		}
+		stopped := h.stopAsync()
+		// The two running tasks finish after the shutdown began.
+		synctest.Wait()
+		close(release)
+		if err := <-stopped; err != nil {
+			t.Fatal(err)
+		}
+		n, _ := h.tr.Len(context.Background(), "q")
+		if int(finished.Load()) != 2 || n != total-2 {
+			t.Fatalf("finished %d, left on the broker %d; want 2 and %d", finished.Load(), n, total-2)
+		}
+	})
 }
 
 // TestColdShutdownReturnsInterruptedTasks: a cold shutdown cancels the
@@ -539,47 +502,47 @@ func TestGracefulShutdownFinishesRunningAndReturnsTheRest(t *testing.T) {
 // dead-lettered), the early-acked ones are recorded as failed, and the
 // unstarted ones go back too.
 func TestColdShutdownReturnsInterruptedTasks(t *testing.T) {
-	h := newHarness(t, worker.Config{Concurrency: 2, PrefetchMultiplier: 4, ShutdownTimeout: time.Minute})
-	started := make(chan string, 100)
-	block := func(ctx context.Context, t *worker.Task) (any, error) {
-		started <- t.Name
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}
-	h.mux.HandleFunc("tasks.late", block, worker.AcksLate(true))
-	h.mux.HandleFunc("tasks.early", block)
-	h.start()
-	late := h.send("tasks.late", nil, nil)
-	early := h.send("tasks.early", nil, nil)
-	const unstarted = 5
-	for i := 0; i < unstarted; i++ {
-		h.send("tasks.late", nil, nil)
-	}
-	<-started
-	<-started
-	stopped := h.stopAsync()
-	time.Sleep(50 * time.Millisecond) // the warm shutdown has begun and waits
-	h.w.Close()
-	select {
-	case err := <-stopped:
-		if err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, worker.Config{Concurrency: 2, PrefetchMultiplier: 4, ShutdownTimeout: time.Minute})
+		block := func(ctx context.Context, t *worker.Task) (any, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("cold shutdown did not end the run")
-	}
-	if n, _ := h.tr.Len(context.Background(), "q"); n != unstarted+1 {
-		t.Fatalf("%d messages on the broker, want %d (the unstarted ones and the interrupted acks_late one)", n, unstarted+1)
-	}
-	if m, err := h.be.Get(context.Background(), late); err == nil && m.Status != protocol.StatePending {
-		t.Fatalf("interrupted acks_late task recorded %s; it should run again", m.Status)
-	}
-	if m, _ := h.be.Get(context.Background(), early); m == nil || m.Status != protocol.StateFailure {
-		t.Fatalf("interrupted early-acked task: %+v, want FAILURE", m)
-	}
-	if dead, _ := h.tr.DeadLetters(context.Background(), "q", 0); len(dead) != 0 {
-		t.Fatalf("%d dead letters after a cold shutdown, want none", len(dead))
-	}
+		h.mux.HandleFunc("tasks.late", block, worker.AcksLate(true))
+		h.mux.HandleFunc("tasks.early", block)
+		h.start()
+		late := h.send("tasks.late", nil, nil)
+		early := h.send("tasks.early", nil, nil)
+		const unstarted = 5
+		for i := 0; i < unstarted; i++ {
+			h.send("tasks.late", nil, nil)
+		}
+		synctest.Wait()
+		stopped := h.stopAsync()
+		time.Sleep(time.Second) // the warm shutdown has begun and waits
+		h.w.Close()
+		begin := time.Now()
+		err := <-stopped
+		var se *worker.ShutdownError
+		if !errors.As(err, &se) || se.Cancelled != 2 || se.Abandoned != 0 {
+			t.Fatalf("Run = %v, want a ShutdownError: 2 cancelled, none abandoned", err)
+		}
+		if took := time.Since(begin); took != 0 {
+			t.Fatalf("the cold shutdown took %v after Close; the cancelled tasks return at once", took)
+		}
+		if n, _ := h.tr.Len(context.Background(), "q"); n != unstarted+1 {
+			t.Fatalf("%d messages on the broker, want %d (the unstarted ones and the interrupted acks_late one)", n, unstarted+1)
+		}
+		if m, err := h.be.Get(context.Background(), late); err == nil && m.Status != protocol.StatePending {
+			t.Fatalf("interrupted acks_late task recorded %s; it should run again", m.Status)
+		}
+		if m, _ := h.be.Get(context.Background(), early); m == nil || m.Status != protocol.StateFailure {
+			t.Fatalf("interrupted early-acked task: %+v, want FAILURE", m)
+		}
+		if dead, _ := h.tr.DeadLetters(context.Background(), "q", 0); len(dead) != 0 {
+			t.Fatalf("%d dead letters after a cold shutdown, want none", len(dead))
+		}
+	})
 }
 
 func TestRunTwice(t *testing.T) {

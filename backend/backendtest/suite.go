@@ -39,6 +39,31 @@ type Features struct {
 	// sorted set). The chord tests then compare results as sets, and a part
 	// stored twice counts twice.
 	UnorderedChords bool
+	// Unstored names the ResultMeta fields the backend's schema has no
+	// place for, which Get therefore cannot return: "Result" (Celery's
+	// database backend pickles it, and celeriac never unpickles),
+	// "Children", "GroupID", "ParentID", "Args", "Kwargs", "Retries",
+	// "Queue". The suite does not compare them; everything else must
+	// read back as stored.
+	Unstored []string
+	// ChordSizeFirst: parts returned before SetChordSize are not counted,
+	// because the counter is created with the size (django-celery-results'
+	// ChordCounter). The worker always sets the size before it publishes
+	// the header, so ChordSizeSetLate is skipped.
+	ChordSizeFirst bool
+	// IndexedChords: results carry their position in the header as
+	// GroupIndex, also for parts returned without one (a ChordCounter
+	// keeps the header's order, not the indexes).
+	IndexedChords bool
+}
+
+func (f Features) unstored(field string) bool {
+	for _, u := range f.Unstored {
+		if u == field {
+			return true
+		}
+	}
+	return false
 }
 
 // Run runs the conformance suite as subtests of t.
@@ -193,7 +218,7 @@ func (s *suite) testStoreEachState(t *testing.T) {
 			m.TaskID = newID(t, "state")
 			store(t, b, m)
 			if got := s.get(t, b, m.TaskID); got != nil {
-				if d := diffMeta(m, got); d != "" {
+				if d := diffMeta(m, got, s.feat); d != "" {
 					t.Errorf("Get after Store: %s", d)
 				}
 			}
@@ -226,7 +251,7 @@ func (s *suite) testSuccessNeverOverwritten(t *testing.T) {
 			}
 			store(t, b, later)
 			if got := s.get(t, b, id); got != nil {
-				if d := diffMeta(first, got); d != "" {
+				if d := diffMeta(first, got, s.feat); d != "" {
 					t.Errorf("SUCCESS was overwritten by %s: %s", next, d)
 				}
 			}
@@ -259,7 +284,7 @@ func (s *suite) testOverwriteBeforeSuccess(t *testing.T) {
 				store(t, b, last)
 			}
 			if got := s.get(t, b, id); got != nil {
-				if d := diffMeta(last, got); d != "" {
+				if d := diffMeta(last, got, s.feat); d != "" {
 					t.Errorf("after %v: %s", seq, d)
 				}
 			}
@@ -293,6 +318,9 @@ func (s *suite) testConcurrentStores(t *testing.T) {
 		return
 	}
 	for w := range writers {
+		if s.feat.unstored("Result") {
+			break
+		}
 		for i := range each {
 			id := fmt.Sprintf("%s-%d-%d", prefix, w, i)
 			got := s.get(t, b, id)
@@ -510,6 +538,14 @@ func (s *suite) testChordUnordered(t *testing.T) {
 	}
 	rest := []backend.ChordPart{parts[0], parts[1], parts[2], parts[4], parts[5], parts[6], parts[8]}
 	gotRest := append([]backend.ChordPart(nil), got[2:]...)
+	if s.feat.IndexedChords {
+		for i := range gotRest {
+			if gotRest[i].GroupIndex == nil || *gotRest[i].GroupIndex != i+2 {
+				t.Errorf("part %s: GroupIndex %v, want its position %d", gotRest[i].TaskID, gotRest[i].GroupIndex, i+2)
+			}
+			gotRest[i].GroupIndex = nil
+		}
+	}
 	sort.Slice(gotRest, func(i, j int) bool { return gotRest[i].TaskID < gotRest[j].TaskID })
 	if d := diffParts(rest, gotRest); d != "" {
 		t.Errorf("unordered parts (compared as a set): %s", d)
@@ -538,6 +574,9 @@ func (s *suite) testChordFailures(t *testing.T) {
 }
 
 func (s *suite) testChordSizeSetLate(t *testing.T) {
+	if s.feat.ChordSizeFirst {
+		t.Skip("the backend counts parts from SetChordSize on (Features.ChordSizeFirst)")
+	}
 	c := s.chords(t, s.open(t))
 	gid := newID(t, "chord")
 	parts := chordParts(gid, 4, true)

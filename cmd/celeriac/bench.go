@@ -40,7 +40,7 @@ func newBenchCeilingCmd() *cobra.Command {
 type benchFlags struct {
 	n, reps, concurrency, latency, eta, sweepN int
 	brokers, results, tasks, workers, sweep    string
-	redis, amqp, python, out, profile          string
+	redis, amqp, python, out, profile, pg      string
 	stall, timeout                             time.Duration
 }
 
@@ -64,7 +64,10 @@ memory of held ETA tasks.
 It prints Markdown tables (medians of --reps runs, with the ratios
 celeriac / best Python and celeriac / ceiling) on stdout and progress on
 stderr. The Redis broker is database 8 and results database 4 of --redis,
-and the queue is bench_q: both are emptied before every run.
+and the queue is bench_q: both are emptied before every run. With
+--results postgres, results go through Celery's SQLAlchemy backend into
+the database celeriac_bench of --postgres (created when missing, emptied
+before every run); the broker CPU column then includes PostgreSQL's.
 
 A full run takes about 45 minutes on 2 cores; narrow it with the flags.`,
 		Example: `  celeriac bench > bench.md
@@ -77,7 +80,7 @@ A full run takes about 45 minutes on 2 cores; narrow it with the flags.`,
 	fl.IntVarP(&f.n, "tasks-per-run", "n", 20000, "tasks per drain")
 	fl.IntVar(&f.reps, "reps", 3, "repetitions of every measurement (the tables show medians)")
 	fl.StringVar(&f.brokers, "brokers", "redis,amqp", "brokers: redis, amqp")
-	fl.StringVar(&f.results, "results", "none,redis", "result settings: none, redis")
+	fl.StringVar(&f.results, "results", "none,redis", "result settings: none, redis, postgres (Celery's db+postgresql:// backend)")
 	fl.StringVar(&f.tasks, "tasks", "noop,sleep1ms", "tasks: noop (tasks.noop), sleep1ms (tasks.sleep(0.001))")
 	fl.StringVar(&f.workers, "workers", "celeriac,ceiling,ceiling-batched,prefork,threads,solo", "workers to measure")
 	fl.IntVarP(&f.concurrency, "concurrency", "c", 100, "celeriac's concurrency in the drain, round-trip and ETA tables")
@@ -89,6 +92,7 @@ A full run takes about 45 minutes on 2 cores; narrow it with the flags.`,
 	fl.DurationVar(&f.timeout, "timeout", 180*time.Second, "a drain not done this long after its first message is abandoned")
 	fl.StringVar(&f.redis, "redis", "redis://127.0.0.1:6379", "Redis server (databases 8 and 4 are used)")
 	fl.StringVar(&f.amqp, "amqp", "amqp://guest:guest@127.0.0.1:5672//", "RabbitMQ broker")
+	fl.StringVar(&f.pg, "postgres", "postgres://celeriac:celeriac@127.0.0.1:5432/celeriac", "PostgreSQL server of --results postgres (its database celeriac_bench is created and used)")
 	fl.StringVar(&f.python, "python", "", "Python interpreter with Celery (default $CELERIAC_PYTHON, else /usr/bin/python3)")
 	fl.StringVarP(&f.out, "output", "o", "", "also write the report to this file")
 	fl.StringVar(&f.profile, "profile", "", "directory for CPU profiles of celeriac's drains (go tool pprof)")
@@ -109,7 +113,7 @@ func splitList(s string) []string {
 // benchOptions turns the flags into bench.Options.
 func benchOptions(f *benchFlags) (bench.Options, error) {
 	o := bench.Options{
-		RedisURL: f.redis, AMQPURL: f.amqp, Python: f.python,
+		RedisURL: f.redis, AMQPURL: f.amqp, Python: f.python, PostgresURL: f.pg,
 		N: f.n, Reps: f.reps, Concurrency: f.concurrency, SweepN: f.sweepN, Stall: f.stall, Timeout: f.timeout,
 		LatencyN: f.latency, ETAN: f.eta, ProfileDir: f.profile,
 	}
@@ -132,14 +136,10 @@ func benchOptions(f *benchFlags) (bench.Options, error) {
 		o.Brokers = append(o.Brokers, b)
 	}
 	for _, r := range splitList(f.results) {
-		switch r {
-		case "none":
-			o.Results = append(o.Results, false)
-		case "redis":
-			o.Results = append(o.Results, true)
-		default:
-			return o, usagef("--results: unknown setting %q (none, redis)", r)
+		if !slices.Contains(bench.ResultStores, bench.ResultStore(r)) {
+			return o, usagef("--results: unknown setting %q (none, redis, postgres)", r)
 		}
+		o.Results = append(o.Results, bench.ResultStore(r))
 	}
 	for _, t := range splitList(f.tasks) {
 		switch t {

@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,25 +23,35 @@ import (
 
 // settings is the JSON configuration file: Celery setting names.
 type settings struct {
-	BrokerURL              string                    `json:"broker_url"`
-	ResultBackend          string                    `json:"result_backend"`
-	BrokerTransportOptions transportOpts             `json:"broker_transport_options"`
-	ResultExpires          *float64                  `json:"result_expires"`
-	ResultSerializer       string                    `json:"result_serializer"`
-	ResultExtended         *bool                     `json:"result_extended"`
-	TaskDefaultQueue       string                    `json:"task_default_queue"`
-	TaskQueues             []string                  `json:"task_queues"`
-	TaskAcksLate           *bool                     `json:"task_acks_late"`
-	TaskAcksOnFailure      *bool                     `json:"task_acks_on_failure_or_timeout"`
-	TaskTrackStarted       *bool                     `json:"task_track_started"`
-	TaskTimeLimit          *float64                  `json:"task_time_limit"`
-	TaskSoftTimeLimit      *float64                  `json:"task_soft_time_limit"`
-	WorkerConcurrency      *int                      `json:"worker_concurrency"`
-	WorkerPrefetchMult     *int                      `json:"worker_prefetch_multiplier"`
-	WorkerSendTaskEvents   *bool                     `json:"worker_send_task_events"`
-	WorkerEtaTaskLimit     *int                      `json:"worker_eta_task_limit"`
-	TaskRoutes             map[string]any            `json:"task_routes"`
-	QueueArguments         map[string]map[string]any `json:"celeriac_queue_arguments"`
+	BrokerURL              urlList       `json:"broker_url"`
+	ResultBackend          string        `json:"result_backend"`
+	BrokerTransportOptions transportOpts `json:"broker_transport_options"`
+	BackendTransportOpts   transportOpts `json:"result_backend_transport_options"`
+	BrokerFailoverStrategy string        `json:"broker_failover_strategy"`
+	BrokerUseSSL           *sslSetting   `json:"broker_use_ssl"`
+	RedisBackendUseSSL     *sslSetting   `json:"redis_backend_use_ssl"`
+	ResultExpires          *float64      `json:"result_expires"`
+	ResultSerializer       string        `json:"result_serializer"`
+	ResultExtended         *bool         `json:"result_extended"`
+	// Celery's database backend settings (db+postgresql://), and the
+	// database URL of django-db (celeriac's: Django keeps it in DATABASES).
+	DatabaseURL                string                    `json:"database_url"`
+	DatabaseTableNames         map[string]string         `json:"database_table_names"`
+	DatabaseTableSchemas       map[string]string         `json:"database_table_schemas"`
+	DatabaseShortLivedSessions *bool                     `json:"database_short_lived_sessions"`
+	TaskDefaultQueue           string                    `json:"task_default_queue"`
+	TaskQueues                 []string                  `json:"task_queues"`
+	TaskAcksLate               *bool                     `json:"task_acks_late"`
+	TaskAcksOnFailure          *bool                     `json:"task_acks_on_failure_or_timeout"`
+	TaskTrackStarted           *bool                     `json:"task_track_started"`
+	TaskTimeLimit              *float64                  `json:"task_time_limit"`
+	TaskSoftTimeLimit          *float64                  `json:"task_soft_time_limit"`
+	WorkerConcurrency          *int                      `json:"worker_concurrency"`
+	WorkerPrefetchMult         *int                      `json:"worker_prefetch_multiplier"`
+	WorkerSendTaskEvents       *bool                     `json:"worker_send_task_events"`
+	WorkerEtaTaskLimit         *int                      `json:"worker_eta_task_limit"`
+	TaskRoutes                 map[string]any            `json:"task_routes"`
+	QueueArguments             map[string]map[string]any `json:"celeriac_queue_arguments"`
 	// Celery 5.5's quorum-queue settings.
 	TaskDefaultExchangeType string `json:"task_default_exchange_type"`
 	TaskDefaultQueueType    string `json:"task_default_queue_type"`
@@ -63,7 +75,78 @@ type transportOpts struct {
 	VisibilityTimeout  *float64 `json:"visibility_timeout"`
 	GlobalKeyPrefix    string   `json:"global_keyprefix"`
 	QueueOrderStrategy string   `json:"queue_order_strategy"`
+	// Sentinel: the master group and the Sentinels' own credentials.
+	MasterName     string `json:"master_name"`
+	SentinelKwargs struct {
+		Password string `json:"password"`
+	} `json:"sentinel_kwargs"`
 }
+
+// urlList is broker_url: one URL, several separated by ';', or a list of
+// them (Celery takes both for failover).
+type urlList string
+
+func (u *urlList) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*u = urlList(one)
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return fmt.Errorf("broker_url: want a URL or a list of URLs")
+	}
+	*u = urlList(strings.Join(many, ";"))
+	return nil
+}
+
+// sslSetting is broker_use_ssl or redis_backend_use_ssl: true (TLS with
+// the defaults) or a dictionary of ssl options, under their amqp names
+// (keyfile, certfile, ca_certs, cert_reqs) or their redis names (ssl_
+// prefixed). cert_reqs is a name (CERT_REQUIRED) or Python's ssl constant
+// (2).
+type sslSetting struct{ connect.SSLOptions }
+
+func (s *sslSetting) UnmarshalJSON(b []byte) error {
+	var on bool
+	if err := json.Unmarshal(b, &on); err == nil {
+		if !on {
+			return errSSLOff
+		}
+		return nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("want true or an object of ssl options")
+	}
+	for k, v := range m {
+		var str string
+		switch v := v.(type) {
+		case string:
+			str = v
+		case float64:
+			str = strconv.FormatFloat(v, 'f', -1, 64)
+		default:
+			return fmt.Errorf("%s: want a string", k)
+		}
+		switch strings.TrimPrefix(k, "ssl_") {
+		case "keyfile":
+			s.KeyFile = str
+		case "certfile":
+			s.CertFile = str
+		case "ca_certs":
+			s.CACerts = str
+		case "cert_reqs":
+			s.CertReqs = str
+		default:
+			return fmt.Errorf("unknown ssl option %q (keyfile, certfile, ca_certs, cert_reqs)", k)
+		}
+	}
+	return nil
+}
+
+// errSSLOff marks "broker_use_ssl": false, which leaves the setting unset.
+var errSSLOff = errors.New("ssl off")
 
 // globalFlags are the flags every command shares, and what they lead to:
 // the settings of the config file and the logger.
@@ -124,8 +207,12 @@ func (g *globalFlags) load() error {
 			unknown = append(unknown, k)
 		}
 	}
-	b, err = json.Marshal(exact)
-	if err != nil {
+	for _, k := range []string{"broker_use_ssl", "redis_backend_use_ssl"} {
+		if v, ok := exact[k]; ok && string(v) == "false" {
+			delete(exact, k) // Celery's default: no TLS
+		}
+	}
+	if b, err = json.Marshal(exact); err != nil {
 		return usagef("--config %s: %v", g.configFile, err)
 	}
 	if err := json.Unmarshal(b, &g.file); err != nil {
@@ -182,7 +269,7 @@ func (g *globalFlags) options() connect.Options {
 	o := connect.Options{BrokerURL: g.broker, ResultBackend: g.resultBackend, Logger: g.log}
 	o = connect.FromEnv(o)
 	if o.BrokerURL == "" {
-		o.BrokerURL = g.file.BrokerURL
+		o.BrokerURL = string(g.file.BrokerURL)
 	}
 	if o.ResultBackend == "" {
 		o.ResultBackend = g.file.ResultBackend
@@ -193,10 +280,31 @@ func (g *globalFlags) options() connect.Options {
 	}
 	o.GlobalKeyPrefix = t.GlobalKeyPrefix
 	o.QueueOrderStrategy = t.QueueOrderStrategy
+	o.MasterName, o.SentinelPassword = t.MasterName, t.SentinelKwargs.Password
+	bt := g.file.BackendTransportOpts
+	o.BackendMasterName, o.BackendSentinelPassword = bt.MasterName, bt.SentinelKwargs.Password
+	o.FailoverStrategy = g.file.BrokerFailoverStrategy
+	if s := g.file.BrokerUseSSL; s != nil {
+		o.BrokerSSL = &s.SSLOptions
+	}
+	if s := g.file.RedisBackendUseSSL; s != nil {
+		o.BackendSSL = &s.SSLOptions
+	}
 	if g.file.ResultExpires != nil {
 		o.ResultExpires = seconds(*g.file.ResultExpires)
 	}
 	o.ResultSerializer = g.file.ResultSerializer
+	if g.file.ResultExtended != nil {
+		o.ResultExtended = *g.file.ResultExtended
+	}
+	if o.DatabaseURL == "" {
+		o.DatabaseURL = g.file.DatabaseURL
+	}
+	o.DatabaseTableNames = g.file.DatabaseTableNames
+	o.DatabaseTableSchemas = g.file.DatabaseTableSchemas
+	if v := g.file.DatabaseShortLivedSessions; v != nil {
+		o.DatabaseShortLivedSessions = *v
+	}
 	o.DelayedQueueType = g.file.DelayedQueueType
 	if d := g.file.DetectQuorumQueues; d != nil && !*d {
 		// Celery: no quorum detection, no DelayedDelivery bootstep.

@@ -363,3 +363,57 @@ func TestLogLevels(t *testing.T) {
 		t.Errorf("console line = %q", got)
 	}
 }
+
+// TestHASettings: Celery's settings for replicated brokers reach
+// connect.Options: broker_url as a list, broker_failover_strategy,
+// broker_use_ssl and redis_backend_use_ssl (amqp and redis key spellings,
+// cert_reqs as a name or as Python's ssl constant), and the Sentinel
+// transport options of the broker and the result backend.
+func TestHASettings(t *testing.T) {
+	t.Setenv("CELERY_BROKER_URL", "")
+	t.Setenv("CELERY_RESULT_BACKEND", "")
+	file := writeConfig(t, `{
+		"broker_url": ["amqp://u:p@a:5672//", "amqp://u:p@b:5673//"],
+		"broker_failover_strategy": "shuffle",
+		"broker_use_ssl": {"keyfile": "/k.pem", "certfile": "/c.pem", "ca_certs": "/ca.pem", "cert_reqs": 2},
+		"redis_backend_use_ssl": {"ssl_keyfile": "/rk.pem", "ssl_certfile": "/rc.pem", "ssl_ca_certs": "/rca.pem", "ssl_cert_reqs": "CERT_NONE"},
+		"result_backend": "sentinel://:pw@h1:26379/1;sentinel://h2:26380/1",
+		"broker_transport_options": {"master_name": "bm", "sentinel_kwargs": {"password": "bsp"}},
+		"result_backend_transport_options": {"master_name": "rm", "sentinel_kwargs": {"password": "rsp"}}
+	}`)
+	_, o, err := parseWorker(t, "--config", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := connect.Options{
+		BrokerURL:        "amqp://u:p@a:5672//;amqp://u:p@b:5673//",
+		ResultBackend:    "sentinel://:pw@h1:26379/1;sentinel://h2:26380/1",
+		FailoverStrategy: "shuffle",
+		BrokerSSL:        &connect.SSLOptions{KeyFile: "/k.pem", CertFile: "/c.pem", CACerts: "/ca.pem", CertReqs: "2"},
+		BackendSSL:       &connect.SSLOptions{KeyFile: "/rk.pem", CertFile: "/rc.pem", CACerts: "/rca.pem", CertReqs: "CERT_NONE"},
+		MasterName:       "bm", SentinelPassword: "bsp",
+		BackendMasterName: "rm", BackendSentinelPassword: "rsp",
+	}
+	if diff := cmp.Diff(want, o, cmpopts.IgnoreFields(connect.Options{}, "Logger", "ConnectionName")); diff != "" {
+		t.Errorf("options (-want +got):\n%s", diff)
+	}
+
+	// false is Celery's default (no TLS); true is TLS with the defaults.
+	file = writeConfig(t, `{"broker_url": "amqp://a//;amqp://b//", "broker_use_ssl": false, "redis_backend_use_ssl": true}`)
+	if _, o, err = parseWorker(t, "--config", file); err != nil {
+		t.Fatal(err)
+	}
+	if o.BrokerSSL != nil || o.BackendSSL == nil || *o.BackendSSL != (connect.SSLOptions{}) || o.BrokerURL != "amqp://a//;amqp://b//" {
+		t.Errorf("broker_use_ssl false / redis_backend_use_ssl true: %+v", o)
+	}
+
+	for _, bad := range []string{
+		`{"broker_use_ssl": {"keyfile": "/k", "verify": "yes"}}`,
+		`{"broker_use_ssl": "yes"}`,
+		`{"broker_url": 5}`,
+	} {
+		if _, _, err := parseWorker(t, "--config", writeConfig(t, bad)); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}

@@ -182,7 +182,7 @@ func TestNoReply(t *testing.T) {
 	})
 }
 
-// TestNoBroker: client commands refuse to run without a broker rather than
+// TestNoBroker: client commands and the worker refuse to run without a broker rather than
 // talk to an in-process one that no worker can reach.
 func TestNoBroker(t *testing.T) {
 	t.Setenv("CELERY_BROKER_URL", "")
@@ -193,6 +193,7 @@ func TestNoBroker(t *testing.T) {
 		{"control", "heartbeat"},
 		{"purge", "-Q", "cli_x", "-f"},
 		{"dlq", "list", "cli_x"},
+		{"worker"},
 	} {
 		r := celeriac(t, args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, "no broker: give --broker, set CELERY_BROKER_URL or broker_url in --config") {

@@ -13,6 +13,7 @@ import (
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/worker"
 	"github.com/celeriac/celeriac/worker/connect"
+	"github.com/celeriac/celeriac/worker/otelenv"
 )
 
 type sendFlags struct {
@@ -144,7 +145,20 @@ func runSend(cmd *cobra.Command, g *globalFlags, f *sendFlags, a []string) error
 	if f.wait && conn.Backend == nil {
 		return usagef("--wait needs a result backend (--result-backend, CELERY_RESULT_BACKEND or result_backend in --config)")
 	}
-	p := worker.NewProducer(conn.Transport, worker.ProducerConfig{DefaultQueue: g.file.TaskDefaultQueue})
+	pc := worker.ProducerConfig{DefaultQueue: g.file.TaskDefaultQueue}
+	tp, err := otelenv.New(ctx, "celeriac-send")
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		pc.TracerProvider = tp
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = tp.Shutdown(sctx)
+		}()
+	}
+	p := worker.NewProducer(conn.Transport, pc)
 	id, err := p.SendTask(ctx, name, posargs, kwargs, opts...)
 	if err != nil {
 		return err

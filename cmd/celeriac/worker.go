@@ -25,6 +25,7 @@ import (
 	"github.com/celeriac/celeriac/examples/demotasks"
 	"github.com/celeriac/celeriac/worker"
 	"github.com/celeriac/celeriac/worker/connect"
+	"github.com/celeriac/celeriac/worker/otelenv"
 	"github.com/celeriac/celeriac/worker/prommetrics"
 )
 
@@ -244,6 +245,7 @@ func workerSetup(fl *pflag.FlagSet, g *globalFlags, f *workerFlags) (worker.Conf
 	}
 
 	o := g.options()
+	o.ResultExtended = cfg.ResultExtended
 	if set("visibility-timeout") {
 		o.VisibilityTimeout = seconds(f.visibilityTimeout)
 	}
@@ -347,8 +349,13 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 		}
 		defer ln.Close()
 	}
-	if connect.Scheme(o.BrokerURL) == "" || connect.Scheme(o.BrokerURL) == "memory" {
-		g.log.Warn("no broker configured (--broker, CELERY_BROKER_URL): using an in-process broker that nothing else can reach")
+	if strings.TrimSpace(o.BrokerURL) == "" {
+		// A typo in the environment must not start a worker that consumes
+		// nothing and looks healthy; memory:// asks for that explicitly.
+		return usagef("no broker: give --broker, set CELERY_BROKER_URL or broker_url in --config (memory:// for an in-process broker)")
+	}
+	if connect.Scheme(o.BrokerURL) == "memory" {
+		g.log.Warn("in-process broker (memory://): nothing outside this process can reach it")
 	}
 	conn, err := connect.Open(ctx, o)
 	if err != nil {
@@ -356,6 +363,22 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 	}
 	defer conn.Close()
 	cfg.Backend = conn.Backend
+	// Tracing follows the standard OTEL_* variables; off unless they ask.
+	tp, err := otelenv.New(ctx, "celeriac-worker")
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		g.log.Info("tracing on: spans are exported over OTLP (OTEL_* settings)")
+		cfg.TracerProvider = tp
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				g.log.Warn("flushing the last spans failed", zap.Error(err))
+			}
+		}()
+	}
 	cfg.GlobalRateLimiter = conn.RateLimiter
 	if len(f.globalRateLimits) > 0 && conn.RateLimiter == nil {
 		return usagef("--global-rate-limit needs a shared limiter: --rate-limit-url, $CELERIAC_RATE_LIMIT_URL or a redis:// result backend")
@@ -411,6 +434,14 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 	})
 	err = w.Run(ctx)
 	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	var se *worker.ShutdownError
+	if errors.As(err, &se) && se.Abandoned == 0 {
+		// Cut short on request (cold shutdown, or the shutdown timeout):
+		// every cancelled task was settled, its acks_late message returned
+		// to the broker. Only handlers still running are a failure.
+		g.log.Warn("shutdown interrupted running tasks", zap.Int("cancelled", se.Cancelled))
 		err = nil
 	}
 	if err == nil {

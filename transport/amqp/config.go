@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"strings"
@@ -96,14 +97,27 @@ type Config struct {
 	// means no logging.
 	Logger *zap.Logger
 
-	// ReconnectInitial is the first delay between reconnection rounds (one
-	// round tries every URL once); it doubles each round up to ReconnectMax.
-	// Zero means 100 ms; ReconnectMax zero means 10 s.
+	// FailoverStrategy is Celery's broker_failover_strategy: the order in
+	// which the broker URLs are tried. FailoverRoundRobin ("round-robin",
+	// the default) goes through them in the order given, and after a loss
+	// starts with the URL after the one that was in use, so that a dead node
+	// is tried last. FailoverShuffle ("shuffle") tries them in a new random
+	// order every round, the first connection included, which spreads a
+	// fleet over the nodes.
+	FailoverStrategy string
+
+	// ReconnectInitial, ReconnectStep and ReconnectMax are the pause
+	// between reconnection rounds (one round tries every URL once, with no
+	// pause between URLs), as Celery's kombu schedules it: ReconnectInitial
+	// after the first failed round, growing by ReconnectStep each round up
+	// to ReconnectMax. Zero means Celery's 2 s, 2 s and 30 s. A negative
+	// ReconnectStep doubles the pause each round instead.
 	ReconnectInitial time.Duration
+	ReconnectStep    time.Duration
 	ReconnectMax     time.Duration
-	// ReconnectJitter is the fraction of each delay that is randomised: a
-	// delay d becomes a value in [d×(1−j), d]. Zero means 0.5; negative
-	// means no jitter.
+	// ReconnectJitter is the fraction of each pause that is randomised: a
+	// pause d becomes a value in [d×(1−j), d]. Zero (or negative) means
+	// none, as in Celery.
 	ReconnectJitter float64
 
 	// QueueArguments are declaration arguments for every task queue the
@@ -155,9 +169,9 @@ const (
 	defaultHeartbeat        = 10 * time.Second
 	defaultDialTimeout      = 10 * time.Second
 	defaultConnectionName   = "celeriac"
-	defaultReconnectInitial = 100 * time.Millisecond
-	defaultReconnectMax     = 10 * time.Second
-	defaultReconnectJitter  = 0.5
+	defaultReconnectInitial = 2 * time.Second
+	defaultReconnectStep    = 2 * time.Second
+	defaultReconnectMax     = 30 * time.Second
 	defaultConfirmTimeout   = 30 * time.Second
 )
 
@@ -241,8 +255,10 @@ func parseURL(raw string) (brokerURL, error) {
 
 // settings is a Config with defaults applied and URLs parsed.
 type settings struct {
-	// reconnects counts reconnections of either connection, for metrics.
+	// reconnects counts reconnections of either connection, and failovers
+	// those that landed on another URL than the one lost, for metrics.
 	reconnects atomic.Int64
+	failovers  atomic.Int64
 
 	Config
 	urls []brokerURL
@@ -288,13 +304,21 @@ func newSettings(c Config) (*settings, error) {
 	if s.ReconnectMax < s.ReconnectInitial {
 		s.ReconnectMax = s.ReconnectInitial
 	}
+	if s.ReconnectStep == 0 {
+		s.ReconnectStep = defaultReconnectStep
+	}
 	switch {
-	case s.ReconnectJitter == 0:
-		s.ReconnectJitter = defaultReconnectJitter
 	case s.ReconnectJitter < 0:
 		s.ReconnectJitter = 0
 	case s.ReconnectJitter > 1:
 		return nil, fmt.Errorf("amqp: ReconnectJitter %v outside [0, 1]", s.ReconnectJitter)
+	}
+	switch s.FailoverStrategy {
+	case "":
+		s.FailoverStrategy = FailoverRoundRobin
+	case FailoverRoundRobin, FailoverShuffle:
+	default:
+		return nil, fmt.Errorf("amqp: FailoverStrategy %q: want %q or %q", s.FailoverStrategy, FailoverRoundRobin, FailoverShuffle)
 	}
 	if s.ConfirmTimeout == 0 {
 		s.ConfirmTimeout = defaultConfirmTimeout
@@ -318,13 +342,45 @@ func newSettings(c Config) (*settings, error) {
 	return s, nil
 }
 
-// backoff returns the delay before reconnection round n (0-based): initial ×
-// 2^n capped at max, of which the fraction jitter is randomised by r in
-// [0, 1).
-func backoff(n int, initial, max time.Duration, jitter, r float64) time.Duration {
-	d := float64(initial) * math.Pow(2, float64(min(n, 62)))
+// Failover strategies, Celery's broker_failover_strategy values.
+const (
+	FailoverRoundRobin = "round-robin"
+	FailoverShuffle    = "shuffle"
+)
+
+// backoff returns the pause after failed reconnection round n (0-based):
+// initial + n × step (kombu's interval_start and interval_step) or, with a
+// negative step, initial × 2^n; capped at max, of which the fraction
+// jitter is randomised by r in [0, 1).
+func backoff(n int, initial, step, max time.Duration, jitter, r float64) time.Duration {
+	var d float64
+	if step > 0 {
+		d = float64(initial) + float64(min(n, 1<<30))*float64(step)
+	} else {
+		d = float64(initial) * math.Pow(2, float64(min(n, 62)))
+	}
 	if d > float64(max) {
 		d = float64(max)
 	}
 	return time.Duration(d * (1 - jitter*r))
+}
+
+// pause is the pause after failed round n, with this transport's schedule.
+func (s *settings) pause(n int) time.Duration {
+	return backoff(n, s.ReconnectInitial, s.ReconnectStep, s.ReconnectMax, s.ReconnectJitter, rand.Float64())
+}
+
+// order returns the indexes of the URLs in the order one round tries them.
+// lost is the URL whose connection was lost (-1 at the first dial): under
+// round-robin the round starts with the URL after it and ends with it.
+func (s *settings) order(lost int) []int {
+	n := len(s.urls)
+	if s.FailoverStrategy == FailoverShuffle {
+		return rand.Perm(n)
+	}
+	out := make([]int, n)
+	for k := range n {
+		out[k] = (lost + 1 + k) % n
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -77,8 +78,8 @@ func TestSettingsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s.Heartbeat != 10*time.Second || s.DialTimeout != 10*time.Second || s.ConnectionName != "celeriac" ||
-		s.ReconnectInitial != 100*time.Millisecond || s.ReconnectMax != 10*time.Second ||
-		s.ReconnectJitter != 0.5 || s.ConfirmTimeout != 30*time.Second || s.log == nil {
+		s.ReconnectInitial != 2*time.Second || s.ReconnectStep != 2*time.Second || s.ReconnectMax != 30*time.Second ||
+		s.ReconnectJitter != 0 || s.FailoverStrategy != FailoverRoundRobin || s.ConfirmTimeout != 30*time.Second || s.log == nil {
 		t.Errorf("defaults not applied: %+v", s.Config)
 	}
 	if got := s.DeadLetterQueue("celery"); got != "celery.dlq" {
@@ -86,6 +87,7 @@ func TestSettingsDefaults(t *testing.T) {
 	}
 	for _, bad := range []Config{
 		{URL: "amqp://h//", ReconnectJitter: 2},
+		{URL: "amqp://h//", FailoverStrategy: "random"},
 		{URL: "amqp://h//", Declare: 7},
 		{URL: "amqp://h//", QoS: 9},
 		{URL: "amqp://h//", QueueArguments: map[string]any{"x": struct{}{}}},
@@ -100,26 +102,76 @@ func TestSettingsDefaults(t *testing.T) {
 func TestBackoff(t *testing.T) {
 	const ms = time.Millisecond
 	tests := []struct {
+		name   string
 		n      int
+		step   time.Duration
 		jitter float64
 		r      float64
 		want   time.Duration
 	}{
-		{0, 0, 0.9, 100 * ms},
-		{1, 0, 0, 200 * ms},
-		{3, 0, 0, 800 * ms},
-		{10, 0, 0, 10 * time.Second}, // capped
-		{1000, 0, 0, 10 * time.Second},
-		{1, 0.5, 0, 200 * ms},
-		{1, 0.5, 1, 100 * ms},
-		{1, 1, 0.5, 100 * ms},
+		// Celery's schedule: 2 s, 4 s, 6 s, ... 30 s, 30 s.
+		{"celery first", 0, 2 * time.Second, 0, 0.9, 2 * time.Second},
+		{"celery second", 1, 2 * time.Second, 0, 0, 4 * time.Second},
+		{"celery 14", 14, 2 * time.Second, 0, 0, 30 * time.Second},
+		{"celery capped", 15, 2 * time.Second, 0, 0, 30 * time.Second},
+		{"celery huge n", 1 << 40, 2 * time.Second, 0, 0, 30 * time.Second},
+		// Doubling, with a negative step.
+		{"doubling 0", 0, -1, 0, 0.9, 2 * time.Second},
+		{"doubling 3", 3, -1, 0, 0, 16 * time.Second},
+		{"doubling capped", 10, -1, 0, 0, 30 * time.Second},
+		{"doubling huge n", 1000, -1, 0, 0, 30 * time.Second},
+		// Jitter takes up to its fraction off.
+		{"jitter none drawn", 1, 2 * time.Second, 0.5, 0, 4 * time.Second},
+		{"jitter all drawn", 1, 2 * time.Second, 0.5, 1, 2 * time.Second},
+		{"jitter 1", 0, 2 * time.Second, 1, 0.5, 1000 * ms},
 	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprintf("n%d_j%v_r%v", tt.n, tt.jitter, tt.r), func(t *testing.T) {
-			if got := backoff(tt.n, 100*ms, 10*time.Second, tt.jitter, tt.r); got != tt.want {
-				t.Errorf("backoff() = %v, want %v", got, tt.want)
+		t.Run(tt.name, func(t *testing.T) {
+			if got := backoff(tt.n, 2*time.Second, tt.step, 30*time.Second, tt.jitter, tt.r); got != tt.want {
+				t.Errorf("backoff(%d) = %v, want %v", tt.n, got, tt.want)
 			}
 		})
+	}
+}
+
+func TestFailoverOrder(t *testing.T) {
+	urls := "amqp://a//;amqp://b//;amqp://c//"
+	rr, err := newSettings(Config{URL: urls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		lost int
+		want []int
+	}{
+		{-1, []int{0, 1, 2}}, // first connection: in the order given
+		{0, []int{1, 2, 0}},  // a lost node is tried last
+		{1, []int{2, 0, 1}},
+		{2, []int{0, 1, 2}},
+	}
+	for _, tt := range tests {
+		if got := rr.order(tt.lost); !slices.Equal(got, tt.want) {
+			t.Errorf("round-robin order(%d) = %v, want %v", tt.lost, got, tt.want)
+		}
+	}
+	sh, err := newSettings(Config{URL: urls, FailoverStrategy: FailoverShuffle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	firsts := map[int]int{}
+	for range 300 {
+		got := sh.order(0)
+		if s := slices.Sorted(slices.Values(got)); !slices.Equal(s, []int{0, 1, 2}) {
+			t.Fatalf("shuffle order %v is not a permutation of every URL", got)
+		}
+		firsts[got[0]]++
+	}
+	// 300 draws: each URL comes first about 100 times; below 50 is a
+	// one-in-10^9 accident.
+	for i := range 3 {
+		if firsts[i] < 50 {
+			t.Errorf("shuffle put URL %d first %d times in 300 rounds: %v", i, firsts[i], firsts)
+		}
 	}
 }
 

@@ -37,7 +37,7 @@ func conformance(t *testing.T, perQueue bool) {
 	transporttest.Run(t, func(tb testing.TB) transport.Transport {
 		ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 		defer cancel()
-		tr, err := Dial(ctx, Config{URL: url, ConnectionName: "at_conformance", ReconnectInitial: 20 * time.Millisecond})
+		tr, err := Dial(ctx, Config{URL: url, ConnectionName: "at_conformance", ReconnectInitial: 20 * time.Millisecond, ReconnectStep: -1})
 		if err != nil {
 			tb.Fatalf("Dial: %v", err)
 		}

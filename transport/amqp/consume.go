@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -466,7 +465,7 @@ func (c *consumer) reestablish(ctx context.Context, sess *session) *chanSession 
 			sess = next
 			continue
 		}
-		d := backoff(attempt, c.t.s.ReconnectInitial, c.t.s.ReconnectMax, c.t.s.ReconnectJitter, rand.Float64())
+		d := c.t.s.pause(attempt)
 		c.log.Warn("amqp consumer could not resume; retrying", zap.Duration("retry_in", d), zap.Error(err))
 		tm := time.NewTimer(d)
 		select {

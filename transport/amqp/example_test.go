@@ -111,3 +111,18 @@ func ExampleConfig_delayedDelivery() {
 		_ = d.Ack(ctx)
 	}
 }
+
+// A RabbitMQ cluster behind Celery's failover URLs: the node in use is
+// logged and reported by Node, for metrics.
+func ExampleTransport_Node() {
+	ctx := context.Background()
+	tr, err := amqptransport.Dial(ctx, amqptransport.Config{
+		URL:              "amqp://guest:guest@rabbit-a//;amqp://guest:guest@rabbit-b//;amqp://guest:guest@rabbit-c//",
+		FailoverStrategy: amqptransport.FailoverRoundRobin, // broker_failover_strategy
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tr.Close()
+	log.Printf("consuming from %s (%d failovers so far)", tr.Node(), tr.Failovers())
+}

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -17,11 +16,11 @@ import (
 	"github.com/celeriac/celeriac/transport"
 )
 
-// link keeps one AMQP connection alive. It dials the broker URLs in order;
-// after a loss it reconnects with capped exponential backoff and jitter,
-// starting with the URL that was in use and failing over to the next ones.
-// Users take the current connection with current or next, which wait during
-// an outage.
+// link keeps one AMQP connection alive. It dials the broker URLs in the
+// order of the failover strategy; after a loss it reconnects in rounds
+// (every URL once, the lost one last under round-robin) with Celery's pause
+// between failed rounds. Users take the current connection with current or
+// next, which wait during an outage.
 type link struct {
 	s    *settings
 	role string // "consumer" or "publisher", appended to the connection name
@@ -92,7 +91,7 @@ func dialLink(ctx context.Context, s *settings, role string, hook func(*tagFixCo
 		dialHook: hook,
 	}
 	var errs []error
-	for i := range s.urls {
+	for _, i := range s.order(-1) {
 		sess, err := l.dial(ctx, i)
 		if err == nil {
 			l.cur = sess
@@ -228,26 +227,30 @@ func (l *link) supervise(ctx context.Context, sess *session) {
 		close(l.ready)
 		l.mu.Unlock()
 		l.s.reconnects.Add(1)
-		l.log.Info("amqp reconnected", zap.String("url", next.url.redacted), zap.Uint64("session", next.id))
+		if next.url != sess.url {
+			l.s.failovers.Add(1)
+			l.log.Warn("amqp failed over to another broker node", zap.String("from", sess.url.redacted),
+				zap.String("url", next.url.redacted), zap.Uint64("session", next.id))
+		} else {
+			l.log.Info("amqp reconnected", zap.String("url", next.url.redacted), zap.Uint64("session", next.id))
+		}
 		sess = next
 	}
 }
 
 // reconnect dials until a URL answers or ctx ends: each round tries every
-// URL once, starting with the one last in use, then waits a growing delay.
+// URL once, in the failover strategy's order, then pauses.
 func (l *link) reconnect(ctx context.Context, prev *session) *session {
-	start := 0
+	lost := -1
 	for i, u := range l.s.urls {
 		if u == prev.url {
-			start = i
+			lost = i
 			break
 		}
 	}
-	n := len(l.s.urls)
 	for round := 0; ; round++ {
 		var errs []error
-		for k := range n {
-			i := (start + k) % n
+		for _, i := range l.s.order(lost) {
 			attempt, cancel := context.WithTimeout(ctx, l.s.DialTimeout)
 			sess, err := l.dial(attempt, i)
 			cancel()
@@ -259,7 +262,7 @@ func (l *link) reconnect(ctx context.Context, prev *session) *session {
 			}
 			errs = append(errs, fmt.Errorf("%s: %w", l.s.urls[i].redacted, err))
 		}
-		d := backoff(round, l.s.ReconnectInitial, l.s.ReconnectMax, l.s.ReconnectJitter, rand.Float64())
+		d := l.s.pause(round)
 		// Each round is logged; the delay caps the rate at one line per
 		// ReconnectMax once the broker stays away.
 		l.log.Warn("amqp reconnect failed", zap.Int("round", round), zap.Duration("retry_in", d),
@@ -323,6 +326,17 @@ func (l *link) next(ctx context.Context, prev *session) (*session, error) {
 			return nil, transport.ErrClosed
 		}
 	}
+}
+
+// node returns the redacted URL of the live connection, or "" during an
+// outage.
+func (l *link) node() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur == nil {
+		return ""
+	}
+	return l.cur.url.redacted
 }
 
 // up reports, without waiting, whether the link has a live connection.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"sync"
 	"testing"
@@ -151,8 +152,17 @@ func TestFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Stop(ctx)
-	// The proxy goes away: the reconnection starts with it, fails, and
-	// goes on in order, wrapping around past the dead URL to the broker.
+	redacted := func(raw string) string {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.Redacted()
+	}
+	if got := h.tr.Node(); got != redacted(p.url(broker, "amqp")) {
+		t.Errorf("Node() = %q, want the proxy", got)
+	}
+	// The proxy goes away: round-robin goes on with the URL after it.
 	p.close()
 	if err := h.tr.Publish(ctx, &transport.Publishing{RoutingKey: q, Message: taskMessage("after", 0)}); err != nil {
 		t.Fatal(err)
@@ -170,6 +180,15 @@ func TestFailover(t *testing.T) {
 		if sess.url.dial != broker {
 			t.Errorf("%s reconnected to %s, want %s", l.role, sess.url.redacted, broker)
 		}
+	}
+	if got := h.tr.Node(); got != redacted(broker) {
+		t.Errorf("Node() = %q after failover, want %q", got, broker)
+	}
+	if n := h.tr.Failovers(); n != 2 {
+		t.Errorf("Failovers() = %d, want 2 (consumer and publisher)", n)
+	}
+	if n := h.logs.FilterMessage("amqp failed over to another broker node").Len(); n != 2 {
+		t.Errorf("%d failover log lines, want 2", n)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	crand "crypto/rand"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -227,7 +226,7 @@ func (s *subscription) run(ctx context.Context, sc *subChannel) {
 			if ctx.Err() != nil {
 				return
 			}
-			d := backoff(attempt, s.t.s.ReconnectInitial, s.t.s.ReconnectMax, s.t.s.ReconnectJitter, rand.Float64())
+			d := s.t.s.pause(attempt)
 			attempt++
 			s.log.Warn("amqp subscription could not resume; retrying", zap.Duration("retry_in", d), zap.Error(err))
 			tm := time.NewTimer(d)

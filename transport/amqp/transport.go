@@ -237,3 +237,12 @@ func (t *Transport) DeleteQueue(ctx context.Context, queue string) error {
 // Reconnects reports how many times a connection to the broker was
 // re-established after it was lost, for metrics.
 func (t *Transport) Reconnects() int64 { return t.s.reconnects.Load() }
+
+// Failovers reports how many of the reconnections (see Reconnects) landed
+// on another broker URL than the one whose connection was lost.
+func (t *Transport) Failovers() int64 { return t.s.failovers.Load() }
+
+// Node returns the broker URL (password redacted) the consumer connection
+// is using, or "" while it is down, for logs and metrics: with several
+// failover URLs it says which node the worker is on.
+func (t *Transport) Node() string { return t.con.node() }

@@ -90,10 +90,16 @@ type Config struct {
 	// before any worker's sweep restores it; default 1 h. It must match the
 	// Python workers' visibility_timeout on the same broker.
 	VisibilityTimeout time.Duration
-	// RestoreInterval and RestoreThrottle schedule the restore sweep as
-	// kombu's unacked_restore_interval and unacked_restore_throttle do: a
-	// sweep runs when consuming starts and then every
-	// RestoreInterval*RestoreThrottle. Defaults 10 s and 10 (so every 100 s).
+	// RestoreInterval and RestoreThrottle bound the period of the restore
+	// sweep as kombu's unacked_restore_interval and unacked_restore_throttle
+	// do (defaults 10 s and 10, so at most 100 s between sweeps): a sweep
+	// runs when consuming starts and then every SweepPeriod(), which is
+	// RestoreInterval*RestoreThrottle or, for a short visibility timeout,
+	// VisibilityTimeout/10 but not below a second. A message a killed
+	// worker held is then back in its queue within the visibility timeout
+	// plus that period (plus the sweep's own run): 6 s for
+	// visibility_timeout=5 instead of kombu's 100 s. The sweep takes
+	// kombu's unacked_mutex, so Python and Go workers never sweep at once.
 	RestoreInterval time.Duration
 	RestoreThrottle int
 	// DisableRestore turns the sweep off in this process (other workers
@@ -212,6 +218,14 @@ func (c Config) withDefaults() Config {
 		c.Logger = zap.NewNop()
 	}
 	return c
+}
+
+// SweepPeriod is the time between two restore sweeps of a configuration
+// (see RestoreInterval).
+func (c Config) SweepPeriod() time.Duration {
+	c = c.withDefaults()
+	kombu := c.RestoreInterval * time.Duration(c.RestoreThrottle)
+	return min(kombu, max(c.VisibilityTimeout/10, time.Second))
 }
 
 // Validate reports the first invalid field of a configuration with defaults

@@ -840,6 +840,13 @@ type ackBatch struct {
 func newAckBatch() *ackBatch { return &ackBatch{done: make(chan struct{})} }
 
 func (b *ackBatch) wait(ctx context.Context) error {
+	// An ack that already finished reports its outcome even when ctx has
+	// ended meanwhile (a select would pick either at random).
+	select {
+	case <-b.done:
+		return b.err
+	default:
+	}
 	select {
 	case <-b.done:
 		return b.err

@@ -49,8 +49,9 @@
 //
 // # Visibility
 //
-// Like kombu, every transport runs the restore sweep (Config.RestoreInterval
-// x Config.RestoreThrottle): under unacked_mutex, messages delivered more
+// Like kombu, every transport runs the restore sweep (every
+// Config.SweepPeriod: kombu's 100 s, or more often for a visibility timeout
+// under 1000 s): under unacked_mutex, messages delivered more
 // than Config.VisibilityTimeout ago go back to the front of their queue
 // with headers.redelivered and properties.delivery_info.redelivered set, to
 // the list of their priority band (kombu >= 5.4 behaviour). Beyond kombu,

@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"log"
 	"time"
 
@@ -51,4 +52,17 @@ func ExampleTransport_Replay() {
 	}
 	n, err := tr.Replay(ctx, "celery", nil, transport.ReplayOptions{ResetRetries: true})
 	log.Print(n, err)
+}
+
+// How long a killed worker's messages wait: the visibility timeout plus one
+// sweep period.
+func ExampleConfig_SweepPeriod() {
+	for _, vt := range []time.Duration{5 * time.Second, time.Minute, time.Hour} {
+		c := redistransport.Config{VisibilityTimeout: vt}
+		fmt.Printf("visibility_timeout %v: sweep every %v\n", vt, c.SweepPeriod())
+	}
+	// Output:
+	// visibility_timeout 5s: sweep every 1s
+	// visibility_timeout 1m0s: sweep every 6s
+	// visibility_timeout 1h0m0s: sweep every 1m40s
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -282,5 +283,27 @@ func TestDeadItemRoundTrip(t *testing.T) {
 	}
 	if _, err := encodeDeadItem(&deadItem{ID: "x", Envelope: json.RawMessage("{")}); err == nil {
 		t.Fatal("invalid envelope accepted")
+	}
+}
+
+func TestSweepPeriod(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want time.Duration
+	}{
+		{"defaults: kombu's 100 s", Config{}, 100 * time.Second},
+		{"visibility 5 s: every second", Config{VisibilityTimeout: 5 * time.Second}, time.Second},
+		{"visibility 60 s: a tenth", Config{VisibilityTimeout: time.Minute}, 6 * time.Second},
+		{"visibility 1 h: kombu's bound", Config{VisibilityTimeout: time.Hour}, 100 * time.Second},
+		{"kombu options win when shorter", Config{VisibilityTimeout: 5 * time.Second, RestoreInterval: 200 * time.Millisecond, RestoreThrottle: 1}, 200 * time.Millisecond},
+		{"kombu options bound a long timeout", Config{VisibilityTimeout: 10 * time.Hour, RestoreInterval: 5 * time.Second, RestoreThrottle: 2}, 10 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.cfg.SweepPeriod(); got != tt.want {
+				t.Errorf("SweepPeriod() = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

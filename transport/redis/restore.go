@@ -95,7 +95,7 @@ func (t *Transport) background() {
 	var sweepC, renewC <-chan time.Time
 	if !t.cfg.DisableRestore {
 		t.sweepLogged()
-		tk := time.NewTicker(t.cfg.RestoreInterval * time.Duration(t.cfg.RestoreThrottle))
+		tk := time.NewTicker(t.cfg.SweepPeriod())
 		defer tk.Stop()
 		sweepC = tk.C
 	}

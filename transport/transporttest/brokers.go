@@ -19,7 +19,18 @@ const (
 	// EnvRequireBrokers, when "1", turns a missing broker into a test failure
 	// instead of a skip. CI sets it so that green means the broker tests ran.
 	EnvRequireBrokers = "CELERIAC_REQUIRE_BROKERS"
+	// EnvPostgresURL overrides the PostgreSQL URL of the database result
+	// backends' tests (default postgres://celeriac:celeriac@127.0.0.1:5432/celeriac,
+	// the role and database .ci/setup creates).
+	EnvPostgresURL = "CELERIAC_POSTGRES_URL"
 )
+
+// PostgresURL returns the PostgreSQL URL for database backend tests, found
+// like AMQPURL. Tests isolate themselves in their own schemas.
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	return brokerURL(t, EnvPostgresURL, "postgres://celeriac:celeriac@127.0.0.1:5432/celeriac")
+}
 
 // AMQPURL returns the RabbitMQ URL for broker tests: $CELERIAC_AMQP_URL, else
 // the local default when it accepts connections. Otherwise the test is skipped

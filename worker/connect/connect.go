@@ -11,7 +11,12 @@
 // Broker URLs: amqp://, amqps:// and pyamqp:// (RabbitMQ; several URLs
 // separated by ';' fail over in order), redis://, rediss:// and
 // sentinel:// (Redis, with kombu's conventions), memory:// (in-process).
-// Result backends: redis://, rediss://, sentinel://, rpc:// and memory://.
+// Result backends: redis://, rediss://, sentinel://, rpc:// and memory://,
+// and PostgreSQL through Celery's database backends (backend/sql):
+// db+postgresql:// (any +driver, such as db+postgresql+psycopg2://) for
+// Celery's SQLAlchemy tables, and django-db for django-celery-results',
+// whose database URL is Options.DatabaseURL (CELERIAC_DATABASE_URL), since a
+// Go worker cannot read Django's settings.
 // With a Redis result backend, Conn.Idempotency is the store that
 // worker.Idempotent shares across the fleet:
 //
@@ -46,6 +51,7 @@ import (
 	membackend "github.com/celeriac/celeriac/backend/memory"
 	redisbackend "github.com/celeriac/celeriac/backend/redis"
 	"github.com/celeriac/celeriac/backend/rpc"
+	sqlbackend "github.com/celeriac/celeriac/backend/sql"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 	amqptransport "github.com/celeriac/celeriac/transport/amqp"
@@ -55,7 +61,9 @@ import (
 
 // Options are the connection settings, named after Celery's.
 type Options struct {
-	// BrokerURL is broker_url. Empty means memory://.
+	// BrokerURL is broker_url. It is required: Open refuses an empty one
+	// (ErrNoBroker) rather than start on a broker nothing else can reach;
+	// memory:// asks for the in-process broker explicitly.
 	BrokerURL string
 	// ResultBackend is result_backend. Empty means no result backend.
 	ResultBackend string
@@ -76,6 +84,21 @@ type Options struct {
 	// result_serializer (default json).
 	ResultExpires    time.Duration
 	ResultSerializer string
+	// ResultExtended is result_extended. The database backends need it
+	// to know which columns to create and fill.
+	ResultExtended bool
+
+	// DatabaseURL is the PostgreSQL URL of a django-db result backend
+	// (celeriac's setting: Django keeps it in DATABASES), or Celery's
+	// database_url for result_backend = "database".
+	DatabaseURL string
+	// DatabaseTableNames, DatabaseTableSchemas and
+	// DatabaseShortLivedSessions are Celery's database_table_names,
+	// database_table_schemas ({"task": ..., "group": ...}) and
+	// database_short_lived_sessions, for db+ backends.
+	DatabaseTableNames         map[string]string
+	DatabaseTableSchemas       map[string]string
+	DatabaseShortLivedSessions bool
 
 	// DelayedDelivery is RabbitMQ's native delayed delivery (Celery 5.5,
 	// for quorum queues; see transport/amqp.Config.DelayedDelivery):
@@ -86,8 +109,33 @@ type Options struct {
 	DelayedDelivery  string
 	DelayedQueueType string
 
-	// TLS configures amqps:// and rediss:// connections.
+	// TLS configures amqps:// and rediss:// connections, of the broker and
+	// the result backend alike; BrokerSSL and BackendSSL win over it.
 	TLS *tls.Config
+	// BrokerSSL is Celery's broker_use_ssl: certificates from files,
+	// client certificates included. Set, it turns TLS on for amqp:// and
+	// redis:// broker URLs too (amqp:// then defaults to port 5671), as
+	// Celery does.
+	BrokerSSL *SSLOptions
+	// BackendSSL is Celery's redis_backend_use_ssl, for a Redis result
+	// backend (redis:// turns into rediss://) and for the rate limiter of
+	// RateLimitURL.
+	BackendSSL *SSLOptions
+
+	// FailoverStrategy is broker_failover_strategy for several
+	// ';'-separated AMQP URLs: "round-robin" (the default) or "shuffle"
+	// (see transport/amqp.Config.FailoverStrategy).
+	FailoverStrategy string
+	// MasterName and SentinelPassword are the Sentinel settings of a
+	// sentinel:// broker (broker_transport_options master_name, and the
+	// password of sentinel_kwargs); BackendMasterName and
+	// BackendSentinelPassword those of a sentinel:// result backend
+	// (result_backend_transport_options). The rate limiter of a
+	// sentinel:// RateLimitURL uses the backend's, else the broker's.
+	MasterName              string
+	SentinelPassword        string
+	BackendMasterName       string
+	BackendSentinelPassword string
 	// ConnectionName names the AMQP connection and Redis clients, for
 	// rabbitmqctl and CLIENT LIST.
 	ConnectionName string
@@ -98,10 +146,18 @@ type Options struct {
 	Broker *memory.Broker
 }
 
-// FromEnv fills BrokerURL, ResultBackend and RateLimitURL from
-// CELERY_BROKER_URL, CELERY_RESULT_BACKEND and CELERIAC_RATE_LIMIT_URL when
-// they are empty.
+// ErrNoBroker: Options.BrokerURL is empty. A worker started with a typo in
+// its environment must not come up on an in-process broker, consume
+// nothing and look healthy.
+var ErrNoBroker = errors.New("connect: no broker URL: set broker_url (CELERY_BROKER_URL), or memory:// for an in-process broker")
+
+// FromEnv fills BrokerURL, ResultBackend, RateLimitURL and DatabaseURL
+// from CELERY_BROKER_URL, CELERY_RESULT_BACKEND, CELERIAC_RATE_LIMIT_URL and
+// CELERIAC_DATABASE_URL when they are empty.
 func FromEnv(o Options) Options {
+	if o.DatabaseURL == "" {
+		o.DatabaseURL = os.Getenv("CELERIAC_DATABASE_URL")
+	}
 	if o.BrokerURL == "" {
 		o.BrokerURL = os.Getenv("CELERY_BROKER_URL")
 	}
@@ -202,7 +258,16 @@ func openRateLimiter(ctx context.Context, o Options, c *Conn) error {
 		c.RateLimiter = membackend.NewRateLimiter()
 		return nil
 	case "redis", "rediss", "sentinel":
-		be, err := redisbackend.New(redisbackend.Config{URL: raw, TLSConfig: o.TLS, Logger: o.Logger})
+		tlsConf, raw, err := backendTLS(o, raw)
+		if err != nil {
+			return fmt.Errorf("connect: rate limit URL %s: %w", Redact(raw), err)
+		}
+		master, sentinelPw := o.BackendMasterName, o.BackendSentinelPassword
+		if master == "" {
+			master, sentinelPw = o.MasterName, o.SentinelPassword
+		}
+		be, err := redisbackend.New(redisbackend.Config{URL: raw, TLSConfig: tlsConf, Logger: o.Logger,
+			MasterName: master, SentinelPassword: sentinelPw})
 		if err != nil {
 			return fmt.Errorf("connect: rate limit URL %s: %w", Redact(raw), err)
 		}
@@ -230,9 +295,12 @@ func Scheme(raw string) string {
 
 func openBroker(ctx context.Context, o Options) (transport.Transport, string, error) {
 	raw := strings.TrimSpace(o.BrokerURL)
+	if raw == "" {
+		return nil, "", ErrNoBroker
+	}
 	switch s := Scheme(raw); s {
 	case "", "memory":
-		if s == "" && raw != "" {
+		if s == "" {
 			// Not silently memory://: a task sent there reaches nobody.
 			return nil, "", fmt.Errorf("connect: broker %q is not a URL (want amqp://, redis://, sentinel:// or memory://)", Redact(raw))
 		}
@@ -251,19 +319,38 @@ func openBroker(ctx context.Context, o Options) (transport.Transport, string, er
 		if err != nil {
 			return nil, "", err
 		}
+		tlsConf := o.TLS
+		if o.BrokerSSL != nil {
+			if tlsConf, err = o.BrokerSSL.TLSConfig(); err != nil {
+				return nil, "", fmt.Errorf("connect: broker_use_ssl: %w", err)
+			}
+			for i, u := range urls {
+				urls[i] = forceScheme(u, "amqp", "amqps")
+			}
+		}
 		tr, err := amqptransport.Dial(ctx, amqptransport.Config{
-			URLs: urls, TLS: o.TLS, ConnectionName: o.ConnectionName, Logger: o.Logger,
+			URLs: urls, TLS: tlsConf, ConnectionName: o.ConnectionName, Logger: o.Logger,
 			DelayedDelivery: mode, DelayedQueueType: o.DelayedQueueType,
+			FailoverStrategy: o.FailoverStrategy,
 		})
 		if err != nil {
 			return nil, "", fmt.Errorf("connect: broker %s: %w", Redact(raw), err)
 		}
 		return tr, "amqp", nil
 	case "redis", "rediss", "sentinel", "redis+socket":
+		tlsConf := o.TLS
+		if o.BrokerSSL != nil {
+			var err error
+			if tlsConf, err = o.BrokerSSL.TLSConfig(); err != nil {
+				return nil, "", fmt.Errorf("connect: broker_use_ssl: %w", err)
+			}
+			raw = forceScheme(raw, "redis", "rediss")
+		}
 		tr, err := redistransport.Dial(ctx, redistransport.Config{
-			URL: raw, TLSConfig: o.TLS, ClientName: o.ConnectionName, Logger: o.Logger,
+			URL: raw, TLSConfig: tlsConf, ClientName: o.ConnectionName, Logger: o.Logger,
 			VisibilityTimeout: o.VisibilityTimeout, GlobalKeyPrefix: o.GlobalKeyPrefix,
 			QueueOrderStrategy: o.QueueOrderStrategy,
+			MasterName:         o.MasterName, SentinelPassword: o.SentinelPassword,
 		})
 		if err != nil {
 			return nil, "", fmt.Errorf("connect: broker %s: %w", Redact(raw), err)
@@ -283,6 +370,9 @@ func openBackend(ctx context.Context, o Options, tr transport.Transport) (backen
 	case "msgpack":
 		serializer = protocol.ContentTypeMsgpack
 	}
+	if strings.HasPrefix(strings.ToLower(raw), "db+") || raw == "django-db" || raw == "database" {
+		return openSQLBackend(ctx, o, raw, serializer)
+	}
 	switch s := Scheme(raw); s {
 	case "":
 		if raw == "" || raw == "disabled" {
@@ -294,9 +384,14 @@ func openBackend(ctx context.Context, o Options, tr transport.Transport) (backen
 	case "rpc":
 		return rpc.New(tr, rpc.Config{Serializer: serializer})
 	case "redis", "rediss", "sentinel":
+		tlsConf, raw, err := backendTLS(o, raw)
+		if err != nil {
+			return nil, fmt.Errorf("connect: result backend %s: %w", Redact(raw), err)
+		}
 		be, err := redisbackend.New(redisbackend.Config{
-			URL: raw, TLSConfig: o.TLS, ResultExpires: o.ResultExpires,
+			URL: raw, TLSConfig: tlsConf, ResultExpires: o.ResultExpires,
 			Serializer: serializer, Logger: o.Logger,
+			MasterName: o.BackendMasterName, SentinelPassword: o.BackendSentinelPassword,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("connect: result backend %s: %w", Redact(raw), err)
@@ -309,8 +404,33 @@ func openBackend(ctx context.Context, o Options, tr transport.Transport) (backen
 		}
 		return be, nil
 	default:
-		return nil, fmt.Errorf("connect: unsupported result backend %q in %s (want redis://, rpc:// or memory://)", s, Redact(raw))
+		return nil, fmt.Errorf("connect: unsupported result backend %q in %s (want redis://, rpc://, db+postgresql://, django-db or memory://)", s, Redact(raw))
 	}
+}
+
+// openSQLBackend opens Celery's SQLAlchemy backend (db+postgresql://...,
+// or "database" with DatabaseURL) or django-celery-results' (django-db
+// with DatabaseURL).
+func openSQLBackend(ctx context.Context, o Options, raw, serializer string) (backend.Backend, error) {
+	cfg := sqlbackend.Config{
+		URL: raw, Extended: o.ResultExtended, Serializer: serializer, ResultExpires: o.ResultExpires,
+		TableNames: o.DatabaseTableNames, TableSchemas: o.DatabaseTableSchemas,
+		ShortLivedSessions: o.DatabaseShortLivedSessions, Logger: o.Logger,
+	}
+	if raw == "django-db" || raw == "database" {
+		if strings.TrimSpace(o.DatabaseURL) == "" {
+			return nil, fmt.Errorf("connect: result backend %s needs the database URL (CELERIAC_DATABASE_URL, or database_url in the config file)", raw)
+		}
+		cfg.URL = o.DatabaseURL
+		if raw == "django-db" {
+			cfg.Schema = sqlbackend.Django
+		}
+	}
+	be, err := sqlbackend.New(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: result backend %s: %w", Redact(cfg.URL), err)
+	}
+	return be, nil
 }
 
 // Redact hides the password of every URL in raw (';'-separated), so that
@@ -325,14 +445,28 @@ func Redact(raw string) string {
 		}
 		// A URL without a password is left as written: u.String() would
 		// turn memory:// into memory: in the logs.
+		changed := false
+		var leak, safe string
 		if u.User != nil {
 			if pw, has := u.User.Password(); has {
-				leak := url.UserPassword(u.User.Username(), pw).String() + "@"
-				safe := url.UserPassword(u.User.Username(), "xxx").String() + "@"
+				leak = url.UserPassword(u.User.Username(), pw).String() + "@"
+				safe = url.UserPassword(u.User.Username(), "xxx").String() + "@"
 				u.User = url.UserPassword(u.User.Username(), "xxx")
+				changed = true
+			}
+		}
+		// libpq and pgx also take the password as a query parameter.
+		if q, err := url.ParseQuery(u.RawQuery); err == nil && q.Has("password") {
+			q.Set("password", "xxx")
+			u.RawQuery = q.Encode()
+			changed = true
+		}
+		if changed {
+			parts[i] = u.String()
+			if leak != "" {
 				// The credentials may be written again in the query or the
 				// fragment (found by FuzzRedact): hide every copy.
-				parts[i] = strings.ReplaceAll(u.String(), leak, safe)
+				parts[i] = strings.ReplaceAll(parts[i], leak, safe)
 			}
 		}
 	}

@@ -38,6 +38,9 @@ func TestOpenRateLimiter(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
+			if tt.o.BrokerURL == "" {
+				tt.o.BrokerURL = "memory://"
+			}
 			c, err := connect.Open(ctx, tt.o)
 			if tt.wantErr != "" {
 				if err == nil {

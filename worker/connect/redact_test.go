@@ -2,6 +2,7 @@ package connect
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -21,6 +22,9 @@ func TestRedact(t *testing.T) {
 		{"sentinel://:pw@s1:26379;sentinel://:pw@s2:26379", "sentinel://:xxx@s1:26379;sentinel://:xxx@s2:26379"},
 		{"rediss://:p%40ss@host:6380/0?ssl_cert_reqs=CERT_NONE", "rediss://:xxx@host:6380/0?ssl_cert_reqs=CERT_NONE"},
 		{"redis://:pw@[::1", "<unparsable url>"},
+		{"db+postgresql+psycopg2://celery:s3cret@db:5432/results", "db+postgresql+psycopg2://celery:xxx@db:5432/results"},
+		{"postgres://db/results?user=celery&password=s3cret", "postgres://db/results?password=xxx&user=celery"},
+		{"django-db", "django-db"},
 	} {
 		if got := Redact(tc.in); got != tc.want {
 			t.Errorf("Redact(%q) = %q, want %q", tc.in, got, tc.want)
@@ -77,9 +81,19 @@ func TestOpenNotAURL(t *testing.T) {
 			t.Errorf("Open(%+v): %v, want the delayed-delivery setting named", o, err)
 		}
 	}
-	c, err := Open(context.Background(), Options{})
+	// No broker is an error, never a silent in-process broker: a worker
+	// with a typo in its environment would consume nothing and look healthy.
+	for _, u := range []string{"", "  "} {
+		if c, err := Open(context.Background(), Options{BrokerURL: u}); !errors.Is(err, ErrNoBroker) {
+			if c != nil {
+				c.Close()
+			}
+			t.Fatalf("Open with broker %q = %v; want ErrNoBroker", u, err)
+		}
+	}
+	c, err := Open(context.Background(), Options{BrokerURL: "memory://"})
 	if err != nil || c.BrokerScheme != "memory" {
-		t.Fatalf("Open with no broker = %v, %v; want memory", c, err)
+		t.Fatalf("Open(memory://) = %v, %v; want the in-process broker", c, err)
 	}
 	c.Close()
 }

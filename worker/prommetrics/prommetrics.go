@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/worker"
 )
 
@@ -34,10 +35,14 @@ type Metrics struct {
 	waits    *prometheus.CounterVec
 	waitSecs *prometheus.HistogramVec
 	rejected *prometheus.CounterVec
+	lost     *prometheus.CounterVec
 	gauges   *statsCollector
 }
 
-var _ worker.Observer = (*Metrics)(nil)
+var (
+	_ worker.Observer     = (*Metrics)(nil)
+	_ worker.LossObserver = (*Metrics)(nil)
+)
 
 // New registers celeriac's metrics on reg (a new registry when nil).
 func New(reg *prometheus.Registry) *Metrics {
@@ -66,9 +71,12 @@ func New(reg *prometheus.Registry) *Metrics {
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "messages_rejected_total",
 			Help: "Messages dead-lettered before any handler ran, by reason (invalid, content-type, too-large, not-registered, ...)."},
 			[]string{"reason"}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "results_lost_total",
+			Help: "Task states that could not be stored within the settle budget (the result backend stayed down), by state."},
+			[]string{"state"}),
 		gauges: &statsCollector{},
 	}
-	reg.MustRegister(m.received, m.started, m.finished, m.runtime, m.waits, m.waitSecs, m.rejected, m.gauges,
+	reg.MustRegister(m.received, m.started, m.finished, m.runtime, m.waits, m.waitSecs, m.rejected, m.lost, m.gauges,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -79,16 +87,41 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 // Watch adds the gauges of w (running, ready, held, prefetch, concurrency).
 func (m *Metrics) Watch(w *worker.Worker) { m.gauges.set(w) }
 
-// WatchBroker adds celeriac_broker_reconnects_total for a transport that
-// counts its reconnections (transport/amqp and transport/redis do).
+// WatchBroker adds the broker connection's metrics for a transport that
+// reports them: celeriac_broker_reconnects_total (transport/amqp and
+// transport/redis count their reconnections), and with several failover
+// URLs (transport/amqp) celeriac_broker_failovers_total, the reconnections
+// that landed on another node, and celeriac_broker_node, 1 with the node in
+// use as its label (its URL, password hidden), none during an outage.
 func (m *Metrics) WatchBroker(tr any) {
-	rc, ok := tr.(interface{ Reconnects() int64 })
-	if !ok {
-		return
+	if rc, ok := tr.(interface{ Reconnects() int64 }); ok {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace,
+			Name: "broker_reconnects_total", Help: "Times the broker connection was re-established after it was lost."},
+			func() float64 { return float64(rc.Reconnects()) }))
 	}
-	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace,
-		Name: "broker_reconnects_total", Help: "Times the broker connection was re-established after it was lost."},
-		func() float64 { return float64(rc.Reconnects()) }))
+	if fo, ok := tr.(interface{ Failovers() int64 }); ok {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace,
+			Name: "broker_failovers_total", Help: "Broker reconnections that landed on another node than the one lost."},
+			func() float64 { return float64(fo.Failovers()) }))
+	}
+	if n, ok := tr.(interface{ Node() string }); ok {
+		m.reg.MustRegister(nodeCollector{node: n.Node})
+	}
+}
+
+// nodeCollector exports the broker node in use as a label, read at scrape
+// time.
+type nodeCollector struct{ node func() string }
+
+var nodeDesc = prometheus.NewDesc(namespace+"_broker_node",
+	"The broker node the worker consumes from (1, with its URL as label; absent while disconnected).", []string{"node"}, nil)
+
+func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- nodeDesc }
+
+func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	if n := c.node(); n != "" {
+		ch <- prometheus.MustNewConstMetric(nodeDesc, prometheus.GaugeValue, 1, n)
+	}
 }
 
 // TaskReceived implements worker.Observer.
@@ -113,6 +146,9 @@ func (m *Metrics) TaskFinished(name string, o worker.Outcome, runtime time.Durat
 
 // MessageRejected implements worker.Observer.
 func (m *Metrics) MessageRejected(reason string) { m.rejected.WithLabelValues(reason).Inc() }
+
+// ResultLost implements worker.LossObserver.
+func (m *Metrics) ResultLost(state protocol.State) { m.lost.WithLabelValues(string(state)).Inc() }
 
 // Handler serves /metrics, /healthz (the process answers) and /readyz
 // (ready reports nil: for a worker, that its broker connection works).

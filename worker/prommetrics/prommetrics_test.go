@@ -96,6 +96,36 @@ type fakeBroker struct{ n int64 }
 
 func (f fakeBroker) Reconnects() int64 { return f.n }
 
+type fakeCluster struct {
+	fakeBroker
+	node string
+}
+
+func (f *fakeCluster) Failovers() int64 { return 2 }
+func (f *fakeCluster) Node() string     { return f.node }
+
+func TestBrokerNode(t *testing.T) {
+	m := prommetrics.New(nil)
+	b := &fakeCluster{fakeBroker: fakeBroker{n: 5}, node: "amqp://guest:xxxxx@b:5672//"}
+	m.WatchBroker(b)
+	srv := httptest.NewServer(m.Handler(nil))
+	defer srv.Close()
+	body := get(t, srv.URL+"/metrics")
+	for _, want := range []string{
+		"celeriac_broker_reconnects_total 5",
+		"celeriac_broker_failovers_total 2",
+		`celeriac_broker_node{node="amqp://guest:xxxxx@b:5672//"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("no %q in:\n%s", want, body)
+		}
+	}
+	b.node = "" // an outage: no node
+	if body := get(t, srv.URL+"/metrics"); strings.Contains(body, "celeriac_broker_node{") {
+		t.Errorf("a node is reported during an outage:\n%s", body)
+	}
+}
+
 func TestBrokerReconnectsCounter(t *testing.T) {
 	m := prommetrics.New(nil)
 	m.WatchBroker(fakeBroker{n: 3})

@@ -84,12 +84,15 @@ type Options struct {
 	RedisURL string // Redis server, without a database (default redis://127.0.0.1:6379)
 	AMQPURL  string // RabbitMQ (default amqp://guest:guest@127.0.0.1:5672//)
 	Python   string // interpreter with Celery (default /usr/bin/python3)
-	Exe      string // the celeriac binary (default this process's executable)
+	// PostgresURL is the server of PostgresResults (default the test
+	// database of .ci/setup); the benchmark uses its database celeriac_bench.
+	PostgresURL string
+	Exe         string // the celeriac binary (default this process's executable)
 
 	N           int           // tasks per drain (default 20 000)
 	Reps        int           // repetitions of every measurement (default 3)
 	Brokers     []string      // "redis", "amqp" (default both)
-	Results     []bool        // false: no results, true: Redis results (default both)
+	Results     []ResultStore // none, redis, postgres (default none and redis)
 	Tasks       []Task        // default Noop and Sleep1
 	Workers     []Kind        // default Kinds
 	Concurrency int           // celeriac's -c in the drain and latency tables (default 100)
@@ -117,6 +120,7 @@ func (o *Options) defaults() {
 	def(&o.AMQPURL, "amqp://guest:guest@127.0.0.1:5672//")
 	def(&o.Python, "/usr/bin/python3")
 	def(&o.Queue, "bench_q")
+	def(&o.PostgresURL, "postgres://celeriac:celeriac@127.0.0.1:5432/celeriac")
 	if o.Exe == "" {
 		o.Exe, _ = os.Executable()
 	}
@@ -130,7 +134,7 @@ func (o *Options) defaults() {
 		o.Brokers = []string{"redis", "amqp"}
 	}
 	if len(o.Results) == 0 {
-		o.Results = []bool{false, true}
+		o.Results = []ResultStore{NoResults, RedisResults}
 	}
 	if len(o.Tasks) == 0 {
 		o.Tasks = AllTask
@@ -173,6 +177,7 @@ type harness struct {
 	o       Options
 	pyDir   string
 	results *goredis.Client
+	pg      *pgResults // nil unless PostgresResults is measured
 	kits    map[string]kit
 	capture map[captureKey][]message
 }
@@ -180,7 +185,7 @@ type harness struct {
 type captureKey struct {
 	broker    string
 	task      Task
-	results   bool
+	results   ResultStore
 	countdown float64
 	n         int
 }
@@ -262,7 +267,7 @@ func (h *harness) setup(ctx context.Context) error {
 			return err
 		}
 	}
-	if out, err := h.python(ctx, "", false, "-c", "import celery, kombu, redis, amqp"); err != nil {
+	if out, err := h.python(ctx, "", NoResults, "-c", "import celery, kombu, redis, amqp"); err != nil {
 		return fmt.Errorf("python celery is not usable via %s (apt-get install python3-celery python3-redis): %v\n%s", h.o.Python, err, out)
 	}
 	opt, err := goredis.ParseURL(withDB(h.o.RedisURL, resultDB))
@@ -272,6 +277,14 @@ func (h *harness) setup(ctx context.Context) error {
 	h.results = goredis.NewClient(opt)
 	if err := h.results.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis result backend: %w", err)
+	}
+	if slices.Contains(h.o.Results, PostgresResults) {
+		if out, err := h.python(ctx, "", NoResults, "-c", "import sqlalchemy, psycopg2"); err != nil {
+			return fmt.Errorf("PostgreSQL results need SQLAlchemy and psycopg2 for %s (apt-get install python3-sqlalchemy python3-psycopg2): %v\n%s", h.o.Python, err, out)
+		}
+		if h.pg, err = newPGResults(ctx, h.o.PostgresURL); err != nil {
+			return err
+		}
 	}
 	for _, b := range h.o.Brokers {
 		var k kit
@@ -302,6 +315,9 @@ func (h *harness) close() {
 		_ = h.results.FlushDB(context.Background()).Err()
 		h.results.Close()
 	}
+	if h.pg != nil {
+		h.pg.close()
+	}
 	if h.pyDir != "" {
 		os.RemoveAll(h.pyDir)
 	}
@@ -318,18 +334,28 @@ func childEnv(extra ...string) []string {
 	return append(env, extra...)
 }
 
-func (h *harness) pyEnv(broker string, results bool) []string {
-	backend := ""
-	if results {
-		backend = h.resultURL()
+// resultBackend is result_backend for res, "" for none.
+func (h *harness) resultBackend(res ResultStore) string {
+	switch res {
+	case RedisResults:
+		return h.resultURL()
+	case PostgresResults:
+		if h.pg != nil {
+			return h.pg.backendURL()
+		}
 	}
+	return ""
+}
+
+func (h *harness) pyEnv(broker string, results ResultStore) []string {
+	backend := h.resultBackend(results)
 	return childEnv("BENCH_BROKER="+broker, "BENCH_BACKEND="+backend,
 		"PYTHONPATH="+h.pyDir, "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1")
 }
 
 // messages returns the n messages of task that Python's producer publishes
 // on broker b, capturing them the first time.
-func (h *harness) messages(ctx context.Context, b string, t Task, results bool, countdown float64, n int) ([]message, error) {
+func (h *harness) messages(ctx context.Context, b string, t Task, results ResultStore, countdown float64, n int) ([]message, error) {
 	key := captureKey{b, t, results, countdown, n}
 	if m, ok := h.capture[key]; ok {
 		return m, nil

@@ -21,6 +21,9 @@ type Drain struct {
 	// BrokerCPU is the broker server's CPU time over the drain (and the
 	// result Redis's, when it is another server); -1 when unknown.
 	BrokerCPU time.Duration
+	// DBCPU is the PostgreSQL server's CPU time over the drain, with
+	// PostgreSQL results (also part of BrokerCPU); -1 otherwise.
+	DBCPU time.Duration
 }
 
 // Rate is tasks per second.
@@ -51,19 +54,22 @@ type DrainRow struct {
 // result setting, one task.
 type DrainGroup struct {
 	Broker  string
-	Results bool
+	Results ResultStore
 	Task    Task
 	N       int
 	Rows    []DrainRow
 }
 
-func (h *harness) drainGroup(ctx context.Context, b string, results bool, t Task) (DrainGroup, error) {
+func (h *harness) drainGroup(ctx context.Context, b string, results ResultStore, t Task) (DrainGroup, error) {
 	g := DrainGroup{Broker: h.kits[b].Name(), Results: results, Task: t, N: h.o.N}
 	msgs, err := h.messages(ctx, b, t, results, 0, h.o.N)
 	if err != nil {
 		return g, err
 	}
 	for _, k := range h.o.Workers {
+		if k.ceiling() && results == PostgresResults {
+			continue // the ceiling writes Redis results only
+		}
 		g.Rows = append(g.Rows, DrainRow{Kind: k, Label: k.label(h.o.Concurrency)})
 	}
 	// Repetitions go round the workers (A B C A B C ...) so that a slow
@@ -86,9 +92,9 @@ func (h *harness) drainGroup(ctx context.Context, b string, results bool, t Task
 	return g, nil
 }
 
-func resultsWord(results bool) string {
-	if results {
-		return "redis-results"
+func resultsWord(results ResultStore) string {
+	if results.on() {
+		return string(results) + "-results"
 	}
 	return "no-results"
 }
@@ -100,6 +106,9 @@ func (d Drain) String() string {
 	s := fmt.Sprintf("%.3f s, %.0f tasks/s, %.0f µs CPU/task, peak RSS %.1f MB", d.Seconds, d.Rate(), float64(d.CPUPerTask())/1e3, float64(d.PeakRSS)/1e6)
 	if d.BrokerCPU >= 0 {
 		s += fmt.Sprintf(", broker %.0f µs CPU/task", float64(d.BrokerCPU)/1e3/float64(d.N))
+	}
+	if d.DBCPU > 0 {
+		s += fmt.Sprintf(" (PostgreSQL %.0f)", float64(d.DBCPU)/1e3/float64(d.N))
 	}
 	if d.AckLag > 0 {
 		s += fmt.Sprintf(", ack lag %.1f s", d.AckLag.Seconds())
@@ -137,7 +146,8 @@ func (h *harness) drain(ctx context.Context, s spec, msgs []message) (Drain, err
 	var t0, tEnd time.Time
 	lastFull, lastBusy := time.Now(), time.Time{}
 	var cpu0, bcpu0 time.Duration
-	var bok bool
+	var bok, dok bool
+	var dcpu0 time.Duration
 	lastProgress, lastSeen := time.Now(), -1
 	tick := time.NewTicker(h.o.Poll)
 	defer tick.Stop()
@@ -147,13 +157,9 @@ func (h *harness) drain(ctx context.Context, s spec, msgs []message) (Drain, err
 		if err != nil {
 			return d, fmt.Errorf("poll: %w", err)
 		}
-		stored := 0
-		if s.results {
-			db, err := h.results.DBSize(ctx).Result()
-			if err != nil {
-				return d, fmt.Errorf("poll results: %w", err)
-			}
-			stored = int(db)
+		stored, err := h.stored(ctx, s.results)
+		if err != nil {
+			return d, fmt.Errorf("poll results: %w", err)
 		}
 		now := time.Now()
 		seen := before.Add(now.Sub(before) / 2)
@@ -163,11 +169,12 @@ func (h *harness) drain(ctx context.Context, s spec, msgs []message) (Drain, err
 				st := sampleTree(p.pid())
 				cpu0, d.StartRSS = st.cpu, st.rss
 				bcpu0, bok = h.serverCPU(ctx, k, s.results)
+				dcpu0, dok = postgresCPU()
 			} else {
 				lastFull = seen
 			}
 		}
-		if ready == 0 && unacked <= 0 && (!s.results || stored >= n) {
+		if ready == 0 && unacked <= 0 && (!s.results.on() || stored >= n) {
 			if lastBusy.Before(t0) {
 				lastBusy = t0
 			}
@@ -184,7 +191,7 @@ func (h *harness) drain(ctx context.Context, s spec, msgs []message) (Drain, err
 			break
 		}
 		if !t0.IsZero() {
-			if why := hopeless(now.Sub(t0), h.o.Timeout, progress(n, ready, unacked, stored, s.results), n); why != "" {
+			if why := hopeless(now.Sub(t0), h.o.Timeout, progress(n, ready, unacked, stored, s.results.on()), n); why != "" {
 				d.Stalled = fmt.Sprintf("%s: %d of %d taken, %d unacknowledged, %d results", why, n-ready, n, max(unacked, 0), stored)
 				break
 			}
@@ -204,6 +211,10 @@ func (h *harness) drain(ctx context.Context, s spec, msgs []message) (Drain, err
 		if bcpu1, ok := h.serverCPU(ctx, k, s.results); ok && bok {
 			d.BrokerCPU = bcpu1 - bcpu0
 		}
+		d.DBCPU = -1
+		if dcpu1, ok := postgresCPU(); ok && dok && s.results == PostgresResults {
+			d.DBCPU = dcpu1 - dcpu0
+		}
 		d.Seconds = tEnd.Sub(t0).Seconds()
 		if lag, ok := h.ackLag(ctx, k); ok {
 			d.AckLag = lag
@@ -221,9 +232,13 @@ func midpoint(a, b time.Time) time.Time { return a.Add(b.Sub(a) / 2) }
 
 // serverCPU is the CPU time of the broker server plus, with results, the
 // result Redis when it is not the broker.
-func (h *harness) serverCPU(ctx context.Context, k kit, results bool) (time.Duration, bool) {
+func (h *harness) serverCPU(ctx context.Context, k kit, results ResultStore) (time.Duration, bool) {
 	cpu, ok := k.ServerCPU(ctx)
-	if _, isRedis := k.(*redisKit); results && !isRedis {
+	if results == PostgresResults {
+		pc, pok := postgresCPU()
+		return cpu + pc, ok && pok
+	}
+	if _, isRedis := k.(*redisKit); results == RedisResults && !isRedis {
 		rc, rok := redisServerCPU(ctx, h.results)
 		cpu, ok = cpu+rc, ok && rok
 	}
@@ -266,6 +281,11 @@ func (h *harness) prepare(ctx context.Context, k kit, msgs []message) error {
 	if err := h.results.FlushDB(ctx).Err(); err != nil {
 		return fmt.Errorf("flush results: %w", err)
 	}
+	if h.pg != nil {
+		if err := h.pg.flush(ctx); err != nil {
+			return fmt.Errorf("flush PostgreSQL results: %w", err)
+		}
+	}
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -303,7 +323,7 @@ func (h *harness) ackLag(ctx context.Context, k kit) (time.Duration, bool) {
 
 // verify checks, after the worker has stopped, that every message was
 // acknowledged (none came back to the queue) and every result stored.
-func (h *harness) verify(ctx context.Context, k kit, results bool, n int) error {
+func (h *harness) verify(ctx context.Context, k kit, results ResultStore, n int) error {
 	ready, unacked, err := k.State(ctx)
 	if err != nil {
 		return err
@@ -311,8 +331,14 @@ func (h *harness) verify(ctx context.Context, k kit, results bool, n int) error 
 	if ready != 0 || unacked > 0 {
 		return fmt.Errorf("after the worker stopped: %d messages ready, %d unacknowledged: not every message was acknowledged", ready, unacked)
 	}
-	if !results {
+	switch results {
+	case NoResults:
 		return nil
+	case PostgresResults:
+		if h.pg == nil {
+			return errNoPostgres
+		}
+		return h.pg.verify(ctx, n)
 	}
 	stored, err := h.results.DBSize(ctx).Result()
 	if err != nil {
@@ -333,4 +359,19 @@ func (h *harness) verify(ctx context.Context, k kit, results bool, n int) error 
 		return errors.New("result " + key + " is not a SUCCESS: " + doc)
 	}
 	return nil
+}
+
+// stored counts the results stored so far.
+func (h *harness) stored(ctx context.Context, res ResultStore) (int, error) {
+	switch res {
+	case RedisResults:
+		n, err := h.results.DBSize(ctx).Result()
+		return int(n), err
+	case PostgresResults:
+		if h.pg == nil {
+			return 0, errNoPostgres
+		}
+		return h.pg.stored(ctx)
+	}
+	return 0, nil
 }

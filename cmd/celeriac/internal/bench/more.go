@@ -43,7 +43,7 @@ func (h *harness) latencyGroup(ctx context.Context, b, mode string) (LatencyGrou
 	for rep := 1; rep <= h.o.Reps; rep++ {
 		for i := range g.Rows {
 			row := &g.Rows[i]
-			ms, err := h.latency(ctx, spec{kind: row.Kind, broker: k, results: true}, mode)
+			ms, err := h.latency(ctx, spec{kind: row.Kind, broker: k, results: RedisResults}, mode)
 			if err != nil {
 				return g, fmt.Errorf("%s latency (%s), %s: %w", k.Name(), mode, row.Label, err)
 			}
@@ -64,7 +64,7 @@ func (h *harness) latency(ctx context.Context, s spec, mode string) ([]float64, 
 		return nil, err
 	}
 	defer p.stop()
-	out, err := h.python(ctx, s.broker.URL(), true, filepath.Join(h.pyDir, "latency.py"),
+	out, err := h.python(ctx, s.broker.URL(), RedisResults, filepath.Join(h.pyDir, "latency.py"),
 		mode, fmt.Sprint(h.o.LatencyN), fmt.Sprint(latencyWarmup), h.o.Queue)
 	if err != nil {
 		if perr := p.failed(); perr != nil {
@@ -107,7 +107,7 @@ var sweepKinds = []Kind{Celeriac, Threads}
 func (h *harness) sweepGroup(ctx context.Context, b string) (SweepGroup, error) {
 	k := h.kits[b]
 	g := SweepGroup{Broker: k.Name(), N: h.o.SweepN, Levels: h.o.Sweep}
-	msgs, err := h.messages(ctx, b, Sleep1, true, 0, h.o.SweepN)
+	msgs, err := h.messages(ctx, b, Sleep1, RedisResults, 0, h.o.SweepN)
 	if err != nil {
 		return g, err
 	}
@@ -125,7 +125,7 @@ func (h *harness) sweepGroup(ctx context.Context, b string) (SweepGroup, error) 
 			if rep > 1 && row.Runs[0].Stalled != "" {
 				continue // a configuration that stalls once is not worth the wait again
 			}
-			d, err := h.drain(ctx, spec{kind: row.Kind, concurrency: row.Concurrency, broker: k, results: true}, msgs)
+			d, err := h.drain(ctx, spec{kind: row.Kind, concurrency: row.Concurrency, broker: k, results: RedisResults}, msgs)
 			if err != nil {
 				return g, fmt.Errorf("%s sweep, %s -c %d: %w", k.Name(), row.Kind, row.Concurrency, err)
 			}
@@ -167,7 +167,7 @@ var etaKinds = []Kind{Celeriac, Prefork, Threads, Solo}
 func (h *harness) etaGroup(ctx context.Context, b string) (ETAGroup, error) {
 	k := h.kits[b]
 	g := ETAGroup{Broker: k.Name(), N: h.o.ETAN}
-	msgs, err := h.messages(ctx, b, Noop, false, 3600, h.o.ETAN)
+	msgs, err := h.messages(ctx, b, Noop, NoResults, 3600, h.o.ETAN)
 	if err != nil {
 		return g, err
 	}

@@ -63,7 +63,7 @@ func (h *harness) machine(ctx context.Context) string {
 			parts = append(parts, "RabbitMQ "+v)
 		}
 	}
-	if out, err := h.python(ctx, "", false, "-c", "import celery, kombu; print(celery.__version__, kombu.__version__)"); err == nil {
+	if out, err := h.python(ctx, "", NoResults, "-c", "import celery, kombu; print(celery.__version__, kombu.__version__)"); err == nil {
 		if f := strings.Fields(out); len(f) == 2 {
 			parts = append(parts, fmt.Sprintf("Python Celery %s (kombu %s)", f[0], f[1]))
 		}
@@ -250,9 +250,12 @@ func (r *Report) drainTables(w io.Writer) {
 	fmt.Fprintln(w)
 }
 
-func resultsLabel(results bool) string {
-	if results {
+func resultsLabel(results ResultStore) string {
+	switch results {
+	case RedisResults:
 		return "Redis"
+	case PostgresResults:
+		return "PostgreSQL"
 	}
 	return "none"
 }

@@ -27,7 +27,7 @@ type spec struct {
 	kind        Kind
 	concurrency int // celeriac and Python threads; 0 means the kind's default
 	broker      kit
-	results     bool
+	results     ResultStore
 	profile     string // celeriac: CPU profile file
 }
 
@@ -43,8 +43,8 @@ func (h *harness) start(s spec) (*proc, error) {
 		}
 		args := []string{"worker", "-b", s.broker.URL(), "-Q", q, "-c", strconv.Itoa(c),
 			"-l", "warning", "--without-heartbeat", "-n", "bench-celeriac@%h"}
-		if s.results {
-			args = append(args, "--result-backend", h.resultURL())
+		if s.results.on() {
+			args = append(args, "--result-backend", h.resultBackend(s.results))
 		}
 		if s.profile != "" {
 			args = append(args, "--cpu-profile", s.profile)
@@ -56,7 +56,7 @@ func (h *harness) start(s spec) (*proc, error) {
 		if s.kind == Batched {
 			args = append(args, "--batched")
 		}
-		if s.results {
+		if s.results == RedisResults {
 			args = append(args, "--result-url", h.resultURL())
 		}
 		cmd = exec.Command(h.o.Exe, args...)
@@ -150,7 +150,7 @@ func (t *tailBuffer) String() string {
 
 // python runs a Python command to completion and returns its stdout (and
 // stderr on failure).
-func (h *harness) python(ctx context.Context, broker string, results bool, args ...string) (string, error) {
+func (h *harness) python(ctx context.Context, broker string, results ResultStore, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, h.o.Python, args...)
 	cmd.Dir = h.pyDir
 	cmd.Env = h.pyEnv(broker, results)

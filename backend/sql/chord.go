@@ -1,0 +1,208 @@
+package sql
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/celeriac/celeriac/backend"
+	"github.com/celeriac/celeriac/protocol"
+)
+
+// Chords started by a celeriac worker (backend.Chords) need a counter that
+// Celery's database backend does not have: its Python client sends the
+// celery.chord_unlock task instead, which polls the header results. With
+// the SQLAlchemy schema the counter lives in celeriac's own tables next to
+// Celery's: celeriac_chord (group id, size, the call that completed it)
+// and celeriac_chord_part (one row per header task, its state and its
+// result as JSON). With the Django schema it is django-celery-results'
+// ChordCounter, which Python workers share (see chordDjango).
+
+func (b *Backend) chordTable() string { return qualify(b.s.schema, "celeriac_chord") }
+func (b *Backend) partTable() string  { return qualify(b.s.schema, "celeriac_chord_part") }
+
+// SetChordSize records how many header tasks the chord has.
+func (b *Backend) SetChordSize(ctx context.Context, groupID string, size int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if groupID == "" {
+		return errors.New("sql backend: SetChordSize: empty group id")
+	}
+	if size <= 0 {
+		return fmt.Errorf("sql backend: SetChordSize %s: chord size %d is not positive", groupID, size)
+	}
+	if err := b.enter(); err != nil {
+		return err
+	}
+	defer b.inflight.Done()
+	err := b.retry(ctx, "chord size", func(ctx context.Context) error {
+		if b.schema == Django {
+			return b.djangoChordSize(ctx, groupID, size)
+		}
+		_, err := b.pool.Exec(ctx, "INSERT INTO "+b.chordTable()+" (group_id, size) VALUES ($1, $2) "+
+			"ON CONFLICT (group_id) DO UPDATE SET size = EXCLUDED.size", groupID, size)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sql backend: set chord size of %s: %w", groupID, err)
+	}
+	return nil
+}
+
+// ChordPartReturn counts one header task in a transaction that locks the
+// chord's row, so that exactly one call per chord reports Ready, whichever
+// worker (or process) makes it. A part already counted is not counted
+// again. When a retry follows a commit whose answer was lost, the chord is
+// recognised as completed by this very call and Ready is answered again.
+func (b *Backend) ChordPartReturn(ctx context.Context, p backend.ChordPart) (backend.ChordResult, error) {
+	if err := ctx.Err(); err != nil {
+		return backend.ChordResult{}, err
+	}
+	if p.GroupID == "" || p.TaskID == "" {
+		return backend.ChordResult{}, errors.New("sql backend: ChordPartReturn: group id and task id are required")
+	}
+	if err := b.enter(); err != nil {
+		return backend.ChordResult{}, err
+	}
+	defer b.inflight.Done()
+	var (
+		res backend.ChordResult
+		err error
+	)
+	if b.schema == Django {
+		err = b.retry(ctx, "chord part", func(ctx context.Context) error {
+			res, err = b.chordDjango(ctx, p)
+			return err
+		})
+	} else {
+		data, encErr := protocol.Marshal(protocol.ContentTypeJSON, exceptionValue(p.Result))
+		if encErr != nil {
+			return res, fmt.Errorf("sql backend: chord part %s: %w", p.TaskID, encErr)
+		}
+		token := rand.Text()
+		err = b.retry(ctx, "chord part", func(ctx context.Context) error {
+			res, err = b.chordSQLAlchemy(ctx, p, data, token)
+			return err
+		})
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			b.fail("chord part", p.TaskID, err)
+		}
+		return backend.ChordResult{}, fmt.Errorf("sql backend: chord part %s of %s: %w", p.TaskID, p.GroupID, err)
+	}
+	return res, nil
+}
+
+func (b *Backend) chordSQLAlchemy(ctx context.Context, p backend.ChordPart, data []byte, token string) (backend.ChordResult, error) {
+	var res backend.ChordResult
+	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		res = backend.ChordResult{}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+b.chordTable()+" (group_id) VALUES ($1) ON CONFLICT DO NOTHING", p.GroupID); err != nil {
+			return err
+		}
+		var (
+			size        *int32
+			completedBy *string
+		)
+		if err := tx.QueryRow(ctx, "SELECT size, completed_by FROM "+b.chordTable()+" WHERE group_id = $1 FOR UPDATE",
+			p.GroupID).Scan(&size, &completedBy); err != nil {
+			return err
+		}
+		if completedBy != nil {
+			if *completedBy != token {
+				return nil // completed before: a late or repeated part
+			}
+		} else {
+			var idx any
+			if p.GroupIndex != nil {
+				idx = int32(*p.GroupIndex)
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO "+b.partTable()+" (group_id, task_id, group_index, state, result) VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+				p.GroupID, p.TaskID, idx, string(p.State), data); err != nil {
+				return err
+			}
+			if size == nil {
+				return nil
+			}
+			var n int64
+			if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+b.partTable()+" WHERE group_id = $1", p.GroupID).Scan(&n); err != nil {
+				return err
+			}
+			if n < int64(*size) {
+				return nil
+			}
+			if _, err := tx.Exec(ctx, "UPDATE "+b.chordTable()+" SET completed_by = $2 WHERE group_id = $1", p.GroupID, token); err != nil {
+				return err
+			}
+		}
+		rows, err := tx.Query(ctx, "SELECT task_id, group_index, state, result FROM "+b.partTable()+
+			" WHERE group_id = $1 ORDER BY group_index NULLS LAST, seq", p.GroupID)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		res.Ready = true
+		for rows.Next() {
+			var (
+				id, state string
+				idx       *int32
+				raw       []byte
+			)
+			if err := rows.Scan(&id, &idx, &state, &raw); err != nil {
+				return err
+			}
+			part := backend.ChordPart{GroupID: p.GroupID, TaskID: id, State: protocol.State(state)}
+			if idx != nil {
+				i := int(*idx)
+				part.GroupIndex = &i
+			}
+			part.Result, err = decodePartResult(part.State, protocol.ContentTypeJSON, raw)
+			if err != nil {
+				part = chordFailure(p.GroupID, fmt.Sprintf("chord part %s does not decode: %v", id, err))
+			}
+			res.Results = append(res.Results, part)
+		}
+		return rows.Err()
+	})
+	return res, err
+}
+
+// decodePartResult decodes a stored result; exception states give an
+// *protocol.ExceptionInfo when the value is Celery's exception dict.
+func decodePartResult(state protocol.State, contentType string, raw []byte) (any, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	v, err := protocol.Unmarshal(contentType, raw, protocol.DecodeOptions{})
+	if err != nil {
+		return nil, err
+	}
+	switch state {
+	case protocol.StateFailure, protocol.StateRetry, protocol.StateRevoked:
+		if e, err := protocol.DecodeException(v); err == nil {
+			return e, nil
+		}
+	}
+	return v, nil
+}
+
+// chordFailure is a synthetic failed part standing for a problem with the
+// chord itself; its TaskID is empty.
+func chordFailure(groupID, msg string) backend.ChordPart {
+	return backend.ChordPart{GroupID: groupID, State: protocol.StateFailure,
+		Result: &protocol.ExceptionInfo{Type: "ChordError", Message: []any{msg}, Module: "celery.exceptions"}}
+}
+
+// exceptionValue converts a *protocol.ExceptionInfo into the dict Celery
+// stores; other values pass through.
+func exceptionValue(v any) any {
+	if e, ok := v.(*protocol.ExceptionInfo); ok && e != nil {
+		return e.Value()
+	}
+	return v
+}

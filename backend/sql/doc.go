@@ -1,0 +1,58 @@
+// Package sql is Celery's database result backends on PostgreSQL, written
+// so that Python reads what a celeriac worker stores as if a Python worker
+// had stored it:
+//
+//   - [SQLAlchemy]: Celery's own DatabaseBackend (result_backend =
+//     "db+postgresql://..." with any +driver, such as +psycopg2). The
+//     tables celery_taskmeta and celery_tasksetmeta, with the sequences
+//     task_id_sequence and taskset_id_sequence, are created when missing,
+//     with the DDL SQLAlchemy's create_all emits for Celery's models
+//     (TaskExtended's name, args, kwargs, worker, retries and queue with
+//     result_extended), under database_table_names and
+//     database_table_schemas ([Config.TableNames], [Config.TableSchemas]).
+//   - [Django]: django-celery-results 2.4/2.5 (result_backend =
+//     "django-db"): django_celery_results_taskresult,
+//     _chordcounter and _groupresult, which Django's migrations create;
+//     celeriac checks them and never creates or alters them.
+//
+// # The pickled result column
+//
+// Celery's models declare result as SQLAlchemy's PickleType: the column
+// holds pickle.dumps of the return value (for an exception, Celery's
+// {"exc_type", "exc_message", "exc_module"} dict). [EncodePickle] writes
+// that pickle for the values Go handlers return; it has no decoder, and
+// celeriac never unpickles anything, so [Backend.Get] on the SQLAlchemy
+// schema returns the state, date_done, traceback and extended fields
+// without Result. args and kwargs are encoded with the result serializer,
+// as Celery encodes them.
+//
+// # Writes
+//
+// Every Store is one upsert (INSERT ... ON CONFLICT (task_id) DO UPDATE)
+// whose WHERE leaves a stored SUCCESS alone. Connections come from a pgx
+// pool; every statement runs under [Config.StatementTimeout], set on the
+// client and as the server's statement_timeout. A transient failure (the
+// server restarting or shutting down, a dropped connection, a statement
+// timeout, a serialization failure) is retried with backoff until the
+// caller's context ends, so the caller's budget bounds the retries; a
+// write that is given up is logged and counted ([Backend.Stats]).
+//
+// # Chords
+//
+// Python clients of Celery's database backend do not count chord parts:
+// they send celery.chord_unlock, which polls the header's results and
+// needs them unpickled, so those chords need a Python worker for their
+// chord_unlock task (see the README). Chords a celeriac worker starts
+// ([backend.Chords]) are counted in celeriac's own tables next to
+// Celery's, celeriac_chord and celeriac_chord_part, in one transaction
+// per part that locks the chord's row: exactly one part completes it.
+//
+// django-celery-results counts chords natively, in ChordCounter: the
+// Python client creates it with the header's result tuples, and each part
+// decrements it under SELECT ... FOR UPDATE. celeriac does the same, so Go
+// and Python workers share a chord's header and the part that brings the
+// count to zero, whichever worker runs it, fires the body once. The
+// results are read from the task table in header order.
+//
+// sql imports backend and protocol, pgx and zap.
+package sql

@@ -1,0 +1,57 @@
+package sql_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/celeriac/celeriac/backend"
+	"github.com/celeriac/celeriac/backend/sql"
+	"github.com/celeriac/celeriac/protocol"
+)
+
+// A task result as Celery's database backend stores it in the PickleType
+// column; Python's pickle.loads reads {'sum': 5}.
+func ExampleEncodePickle() {
+	p, err := sql.EncodePickle(map[string]any{"sum": int64(5)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%q\n", p)
+	// Output: "\x80\x03}(X\x03\x00\x00\x00sumK\x05u."
+}
+
+// The backend of result_backend = "db+postgresql+psycopg2://..." with
+// result_extended = True and the tables in a schema of their own.
+func ExampleNew() {
+	ctx := context.Background()
+	be, err := sql.New(ctx, sql.Config{
+		URL:          "db+postgresql+psycopg2://celery:secret@db.example.com/results",
+		Extended:     true,
+		TableSchemas: map[string]string{"task": "celery", "group": "celery"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer be.Close()
+	err = be.Store(ctx, backend.StoreRequest{Meta: &protocol.ResultMeta{
+		TaskID: "3f2c...", Status: protocol.StateSuccess, Result: int64(5), DateDone: time.Now()}})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// django-celery-results' tables (result_backend = "django-db"): the URL is
+// the database of Django's DATABASES["default"].
+func ExampleNew_django() {
+	be, err := sql.New(context.Background(), sql.Config{
+		URL:      "postgres://django:secret@db.example.com/app",
+		Schema:   sql.Django,
+		Extended: true,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer be.Close()
+}

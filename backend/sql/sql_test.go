@@ -1,0 +1,184 @@
+package sql
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/celeriac/celeriac/backend"
+	"github.com/celeriac/celeriac/backend/backendtest"
+	"github.com/celeriac/celeriac/protocol"
+	"github.com/celeriac/celeriac/transport/transporttest"
+)
+
+// testSchema creates a schema no other test uses and drops it (with the
+// tables in it) when the test ends.
+func testSchema(t testing.TB) string {
+	t.Helper()
+	name := "bt_sql_" + strings.ToLower(rand.Text()[:10])
+	execSQL(t, "CREATE SCHEMA "+name)
+	t.Cleanup(func() { execSQL(t, "DROP SCHEMA "+name+" CASCADE") })
+	return name
+}
+
+// execSQL runs statements on a connection of its own.
+func execSQL(t testing.TB, sqls ...string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, transporttest.PostgresURL(t))
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range sqls {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// newSQLAlchemy returns a backend whose tables live in a fresh schema.
+func newSQLAlchemy(t testing.TB, cfg Config) *Backend {
+	t.Helper()
+	schema := testSchema(t)
+	cfg.URL = "db+postgresql+psycopg2" + strings.TrimPrefix(transporttest.PostgresURL(t), "postgres")
+	cfg.Schema = SQLAlchemy
+	cfg.TableSchemas = map[string]string{"task": schema, "group": schema}
+	b, err := New(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return b
+}
+
+func TestConformanceSQLAlchemy(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) backend.Backend {
+		return newSQLAlchemy(t, Config{Extended: true})
+	}, backendtest.Features{
+		Chords:   true,
+		Unstored: []string{"Result", "Children", "GroupID", "ParentID"},
+	})
+}
+
+// newDjango returns a backend on django-celery-results' tables, loaded
+// from testdata/django_tables.sql into a fresh schema that the URL's
+// search_path selects.
+func newDjango(t testing.TB, cfg Config) (*Backend, string) {
+	t.Helper()
+	schema := testSchema(t)
+	ddl, err := os.ReadFile("testdata/django_tables.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	execSQL(t, strings.ReplaceAll(string(ddl), "SCHEMA.", schema+"."))
+	cfg.URL = transporttest.PostgresURL(t) + "?search_path=" + schema
+	cfg.Schema = Django
+	b, err := New(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return b, schema
+}
+
+func TestConformanceDjango(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) backend.Backend {
+		b, _ := newDjango(t, Config{Extended: true})
+		return b
+	}, backendtest.Features{
+		Chords:         true,
+		ChordSizeFirst: true,
+		IndexedChords:  true,
+		Unstored:       []string{"GroupID", "ParentID", "Args", "Kwargs", "Retries", "Queue"},
+	})
+}
+
+// TestStoreRefusesTooLongTaskID: a value PostgreSQL refuses is an error
+// marked ErrUnencodable (no retry can help), counted, and not retried.
+func TestStoreRefusesTooLongTaskID(t *testing.T) {
+	b := newSQLAlchemy(t, Config{})
+	defer b.Close()
+	id := strings.Repeat("x", maxTaskIDLen+1)
+	err := b.Store(t.Context(), backend.StoreRequest{Meta: &protocol.ResultMeta{TaskID: id, Status: protocol.StateSuccess}})
+	if !errors.Is(err, protocol.ErrUnencodable) {
+		t.Fatalf("Store of a %d-character id: err = %v, want ErrUnencodable", len(id), err)
+	}
+	if st := b.Stats(); st.StoreFailures != 1 || st.StoreRetries != 0 {
+		t.Errorf("stats %+v, want one failure and no retry", st)
+	}
+}
+
+// TestStoreColumns: the stored row holds exactly the pickle of the
+// result and the JSON of args/kwargs that Celery's own backend writes.
+func TestStoreColumns(t *testing.T) {
+	b := newSQLAlchemy(t, Config{Extended: true})
+	defer b.Close()
+	m := &protocol.ResultMeta{TaskID: "bt-cols", Status: protocol.StateFailure, Traceback: "Traceback...",
+		Result:   &protocol.ExceptionInfo{Type: "ValueError", Message: []any{"bad"}, Module: "builtins"},
+		DateDone: time.Date(2026, 12, 2, 7, 0, 0, 123456789, time.UTC), Extended: true, Name: "tasks.add",
+		Args: []any{int64(2), "x"}, Kwargs: map[string]any{"k": true}, Worker: "w@h", Retries: 3, Queue: "q"}
+	if err := b.Store(t.Context(), backend.StoreRequest{Meta: m}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		result, args, kwargs []byte
+		done                 time.Time
+		retries              int32
+	)
+	err := b.pool.QueryRow(t.Context(), "SELECT result, date_done, args, kwargs, retries FROM "+b.s.taskTable+" WHERE task_id = $1", m.TaskID).
+		Scan(&result, &done, &args, &kwargs, &retries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := EncodePickle(m.Result)
+	if !bytes.Equal(result, want) {
+		t.Errorf("result column %q, want %q", result, want)
+	}
+	if !done.Equal(time.Date(2026, 12, 2, 7, 0, 0, 123456000, time.UTC)) {
+		t.Errorf("date_done %v, want microseconds of %v", done, m.DateDone)
+	}
+	if string(args) != `[2, "x"]` || string(kwargs) != `{"k": true}` || retries != 3 {
+		t.Errorf("args %s kwargs %s retries %d", args, kwargs, retries)
+	}
+}
+
+// TestGroupCommitIsolatesARefusedValue: stores written together in one
+// transaction do not fail with a neighbour whose value PostgreSQL refuses.
+func TestGroupCommitIsolatesARefusedValue(t *testing.T) {
+	b := newSQLAlchemy(t, Config{})
+	defer b.Close()
+	const n = 200
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			id := fmt.Sprintf("bt-gc-%03d", i)
+			if i%50 == 7 {
+				id = strings.Repeat("y", maxTaskIDLen+i)
+			}
+			errs[i] = b.Store(t.Context(), backend.StoreRequest{Meta: &protocol.ResultMeta{TaskID: id, Status: protocol.StateSuccess, Result: int64(i)}})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i%50 == 7 {
+			if !errors.Is(err, protocol.ErrUnencodable) {
+				t.Errorf("store %d (id too long): err = %v, want ErrUnencodable", i, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("store %d: %v", i, err)
+		} else if _, err := b.Get(t.Context(), fmt.Sprintf("bt-gc-%03d", i)); err != nil {
+			t.Errorf("get %d: %v", i, err)
+		}
+	}
+}
