@@ -59,7 +59,9 @@ func runRestart(t *testing.T, kind, broker string, restart func()) {
 		Name: queue + "-w", Hostname: "w@" + queue, Concurrency: 4,
 		VisibilityTimeout: 6, RestoreInterval: 1,
 	})
-	pub := startFltPublisher(t, n, map[string]string{"IT_BROKER": broker, "IT_QUEUE": queue, "IT_SLEEP_MS": "10"})
+	// 30 ms a task at concurrency 4 is over 11 s of work: the restart must
+	// come while tasks are left, also when a loaded machine publishes slowly.
+	pub := startFltPublisher(t, n, map[string]string{"IT_BROKER": broker, "IT_QUEUE": queue, "IT_SLEEP_MS": "30"})
 	if err := pub.wait(3 * time.Minute); err != nil {
 		t.Fatalf("python publisher: %v", err)
 	}

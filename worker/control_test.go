@@ -114,9 +114,8 @@ func TestControlPingRegisteredStats(t *testing.T) {
 	if got := c.call("ping", nil); got.(map[string]any)["ok"] != "pong" {
 		t.Fatalf("ping = %v", got)
 	}
-	if got := c.call("ping", nil, "someone@else"); got != nil {
-		t.Fatalf("a ping for another node was answered: %v", got)
-	}
+	// A ping for another node is not answered: TestControlSelection and
+	// TestControlForMe, without waiting out another reply timeout here.
 	reg := c.call("registered", nil).([]any)
 	if len(reg) != 2 || reg[0] != "tasks.add [rate_limit=100/s]" || reg[1] != "tasks.sleep" {
 		t.Fatalf("registered = %v", reg)

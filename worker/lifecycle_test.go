@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -294,6 +295,8 @@ func TestBigPoolShutsDownClean(t *testing.T) {
 					return nil, nil
 				}, worker.IgnoreResult(true))
 				h.start()
+				synctest.Wait()
+				before := runtime.NumGoroutine() // the worker, idle: no slot yet
 				for i := 0; i < conc; i++ {
 					h.send("tasks.nap", nil, nil)
 				}
@@ -301,6 +304,10 @@ func TestBigPoolShutsDownClean(t *testing.T) {
 				synctest.Wait()
 				if err := h.stop(); err != nil {
 					t.Fatal(err)
+				}
+				// Run waits for its slots: none may outlive it.
+				if after := runtime.NumGoroutine(); after >= before {
+					t.Errorf("%d goroutines once Run returned, %d while the worker was idle: slots outlived Run", after, before)
 				}
 				if int(ran.Load()) != conc {
 					t.Fatalf("%d tasks ran, want %d", ran.Load(), conc)

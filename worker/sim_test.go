@@ -45,7 +45,7 @@ import (
 // instant. After Run returns the invariants of checkSim must hold.
 var (
 	simSeed      = flag.Uint64("seed", 0, "TestSimulation: replay only this schedule")
-	simSchedules = flag.Int("schedules", 0, "TestSimulation: how many schedules (default 2000, CI runs 10000; 500 with -short)")
+	simSchedules = flag.Int("schedules", 0, "TestSimulation: how many schedules (default 1000, CI runs 10000; 500 with -short)")
 )
 
 func TestSimulation(t *testing.T) {
@@ -55,7 +55,7 @@ func TestSimulation(t *testing.T) {
 	}
 	n := *simSchedules
 	if n == 0 {
-		n = 2000
+		n = 1000
 		if testing.Short() {
 			n = 500
 		}

@@ -374,6 +374,9 @@ func (l *loop) receive(ctx context.Context, d *transport.Delivery) {
 	}
 	h, opts, ok := w.mux.lookup(m.Name)
 	if !ok {
+		h, opts, ok = w.builtin(m.Name)
+	}
+	if !ok {
 		l.background(func() { w.rejectUnknown(d, m) })
 		return
 	}
@@ -617,13 +620,19 @@ func (l *loop) serve(s *slot) {
 	}
 }
 
-// closePool ends the pooled goroutines once no task is running; a goroutine
-// still stuck in an abandoned handler exits when that handler returns.
+// closePool ends the pooled goroutines and, when no task is left running,
+// waits for them, so that none outlives Run; a goroutine still stuck in an
+// abandoned handler exits when that handler returns.
 func (l *loop) closePool() {
 	for _, s := range l.slots {
 		close(s.work)
 	}
 	l.slots, l.idle = nil, nil
+	select {
+	case <-l.tasks.idle():
+		l.poolWG.Wait()
+	default:
+	}
 }
 
 // dropRevoked removes revoked tasks from the ETA heap and the ready queue
@@ -710,8 +719,9 @@ func (l *loop) background(f func()) {
 // then it cancels them and waits abandonGrace more, then gives up on what
 // still runs.
 func (l *loop) shutdown(cold bool) error {
-	// Nothing is dispatched from here on: the pooled goroutines may go as
-	// soon as their current task ends.
+	// Nothing is dispatched from here on: the pooled goroutines go as soon
+	// as their current task ends, and Run waits for them unless it gave up
+	// on a task (whose slot ends when its handler returns).
 	defer l.closePool()
 	w := l.w
 	w.log.Info("worker shutting down", zap.Bool("cold", cold), zap.Int("running", l.running),

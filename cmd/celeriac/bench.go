@@ -153,8 +153,8 @@ func benchOptions(f *benchFlags) (bench.Options, error) {
 	}
 	for _, w := range splitList(f.workers) {
 		k := bench.Kind(w)
-		if !slices.Contains(bench.Kinds, k) {
-			return o, usagef("--workers: unknown worker %q (celeriac, ceiling, ceiling-batched, prefork, threads, solo)", w)
+		if !slices.Contains(bench.AllKinds, k) {
+			return o, usagef("--workers: unknown worker %q (celeriac, celeriac-traced, ceiling, ceiling-batched, prefork, threads, solo)", w)
 		}
 		o.Workers = append(o.Workers, k)
 	}

@@ -36,10 +36,18 @@ const (
 	Prefork  Kind = "prefork"         // Python Celery, -P prefork -c 2
 	Threads  Kind = "threads"         // Python Celery, -P threads -c 8
 	Solo     Kind = "solo"            // Python Celery, -P solo
+	// Traced is celeriac worker with OpenTelemetry tracing on (sample ratio
+	// 1.0), exporting over OTLP/HTTP to a sink the benchmark runs, which
+	// reads and discards what it gets: what tracing costs a worker.
+	Traced Kind = "celeriac-traced"
 )
 
-// Kinds lists every worker in the order the tables show them.
+// Kinds lists the workers a run measures by default, in the order the
+// tables show them.
 var Kinds = []Kind{Celeriac, Ceiling, Batched, Prefork, Threads, Solo}
+
+// AllKinds lists every worker the benchmark knows.
+var AllKinds = append(slices.Clone(Kinds), Traced)
 
 func (k Kind) python() bool { return k == Prefork || k == Threads || k == Solo }
 
@@ -50,6 +58,8 @@ func (k Kind) label(celeriacC int) string {
 	switch k {
 	case Celeriac:
 		return fmt.Sprintf("celeriac -c %d", celeriacC)
+	case Traced:
+		return fmt.Sprintf("celeriac -c %d, tracing on", celeriacC)
 	case Ceiling:
 		return "ceiling: bare loop"
 	case Batched:
@@ -176,6 +186,7 @@ func (o *Options) defaults() {
 type harness struct {
 	o       Options
 	pyDir   string
+	sink    *otlpSink // started by the first traced worker
 	results *goredis.Client
 	pg      *pgResults // nil unless PostgresResults is measured
 	kits    map[string]kit
@@ -305,6 +316,9 @@ func (h *harness) setup(ctx context.Context) error {
 }
 
 func (h *harness) close() {
+	if h.sink != nil {
+		h.sink.close()
+	}
 	for _, k := range h.kits {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_ = k.Reset(ctx)

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"slices"
@@ -152,5 +153,26 @@ func TestHopeless(t *testing.T) {
 		if got := hopeless(tc.elapsed, limit, tc.done, tc.n) != ""; got != tc.hopeless {
 			t.Errorf("hopeless(%v, %d of %d) = %v, want %v", tc.elapsed, tc.done, tc.n, got, tc.hopeless)
 		}
+	}
+}
+
+// TestOTLPSink: the sink answers an OTLP/HTTP export as a collector does
+// (200, protobuf), so a traced worker's exporter reports no error.
+func TestOTLPSink(t *testing.T) {
+	s, err := startOTLPSink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	resp, err := http.Post(s.url+"/v1/traces", "application/x-protobuf", strings.NewReader("\x0a\x00"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/x-protobuf" {
+		t.Fatalf("sink answered %s %q", resp.Status, resp.Header.Get("Content-Type"))
+	}
+	if s.requests.Load() != 1 || s.bytes.Load() != 2 {
+		t.Fatalf("sink counted %d requests, %d bytes", s.requests.Load(), s.bytes.Load())
 	}
 }

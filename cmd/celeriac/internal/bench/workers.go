@@ -36,7 +36,7 @@ func (h *harness) start(s spec) (*proc, error) {
 	var cmd *exec.Cmd
 	q := h.o.Queue
 	switch {
-	case s.kind == Celeriac:
+	case s.kind == Celeriac || s.kind == Traced:
 		c := s.concurrency
 		if c == 0 {
 			c = h.o.Concurrency
@@ -51,6 +51,14 @@ func (h *harness) start(s spec) (*proc, error) {
 		}
 		cmd = exec.Command(h.o.Exe, args...)
 		cmd.Env = childEnv()
+		if s.kind == Traced {
+			url, err := h.otlpURL()
+			if err != nil {
+				return nil, err
+			}
+			cmd.Env = childEnv("OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+				"OTEL_EXPORTER_OTLP_ENDPOINT="+url, "OTEL_TRACES_SAMPLER=always_on", "OTEL_SERVICE_NAME=bench-celeriac")
+		}
 	case s.kind.ceiling():
 		args := []string{"bench", "ceiling", "--broker-url", s.broker.URL(), "--queue", q}
 		if s.kind == Batched {
