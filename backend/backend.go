@@ -80,3 +80,11 @@ type ChordUnlocker interface {
 	// results again (a retry after the body could not be sent).
 	UnlockChord(ctx context.Context, groupID string, taskIDs []string, claimant string) (ChordResult, error)
 }
+
+// Cleaner is implemented by backends whose results do not expire by
+// themselves (Celery's database backends): Cleanup deletes those older than
+// the result expiry. The worker runs Celery's celery.backend_cleanup task
+// (which celery beat sends daily) with it.
+type Cleaner interface {
+	Cleanup(ctx context.Context) error
+}

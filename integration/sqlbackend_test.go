@@ -245,6 +245,23 @@ func TestSQLAlchemyBackendPythonClient(t *testing.T) {
 	if c := steps["chord"]; c["value"] != float64(380) || c["state"] != "SUCCESS" {
 		t.Errorf("chord: %v", c)
 	}
+
+	// celery.backend_cleanup (what celery beat sends daily) deletes the
+	// results older than result_expires (1 day), here the adds of the group.
+	pgExec(t, "UPDATE "+schema+".celery_taskmeta SET date_done = date_done - interval '3 days' WHERE task_id IN (SELECT task_id FROM "+
+		schema+".celery_taskmeta WHERE name = 'it_sql.add' ORDER BY id LIMIT 5)")
+	before := pgQuery(t, "SELECT count(*) FROM "+schema+".celery_taskmeta")[0][0]
+	if c := pySQL(t, time.Minute, sqlEnv(t, schema, queue), "client", "cleanup")[0]; c["state"] != "SUCCESS" {
+		t.Errorf("backend_cleanup: %v", c)
+	}
+	after := pgQuery(t, "SELECT count(*), count(*) FILTER (WHERE date_done < now() AT TIME ZONE 'utc' - interval '1 day') FROM "+schema+".celery_taskmeta")[0]
+	var nb, na int
+	fmt.Sscan(before, &nb)
+	fmt.Sscan(after[0], &na)
+	t.Logf("backend_cleanup: %d rows before, %d after (its own result included)", nb, na)
+	if after[1] != "0" || na != nb-5+1 {
+		t.Errorf("backend_cleanup: %d rows before, %d after, %s expired left; want 5 deleted and its own result added", nb, na, after[1])
+	}
 }
 
 // TestSQLAlchemyBackendMixedWorkers: a Python worker and a celeriac worker

@@ -21,11 +21,20 @@ const chordUnlockTask = "celery.chord_unlock"
 
 var errChordNotReady = errors.New("worker: chord header not ready yet")
 
+// backendCleanupTask is Celery's built-in task that deletes expired
+// results from backends that do not expire them (celery beat sends it
+// daily when result_expires is set).
+const backendCleanupTask = "celery.backend_cleanup"
+
 // builtin returns the worker's own handler for a task the mux does not
 // handle: celery.chord_unlock, when the result backend can unlock chords
-// (backend.ChordUnlocker). Like Celery's, it stores no result and retries
-// without limit unless the message says otherwise.
+// (backend.ChordUnlocker), and celery.backend_cleanup, when it can clean up
+// (backend.Cleaner). Like Celery's chord_unlock, it stores no result and
+// retries without limit unless the message says otherwise.
 func (w *Worker) builtin(name string) (Handler, TaskOptions, bool) {
+	if c, ok := w.cfg.Backend.(backend.Cleaner); ok && name == backendCleanupTask {
+		return HandlerFunc(func(ctx context.Context, t *Task) (any, error) { return nil, c.Cleanup(ctx) }), TaskOptions{}, true
+	}
 	u, ok := w.cfg.Backend.(backend.ChordUnlocker)
 	if name != chordUnlockTask || !ok {
 		return nil, TaskOptions{}, false

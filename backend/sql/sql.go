@@ -59,6 +59,7 @@ var (
 	_ backend.Backend       = (*Backend)(nil)
 	_ backend.Chords        = (*Backend)(nil)
 	_ backend.ChordUnlocker = (*Backend)(nil)
+	_ backend.Cleaner       = (*Backend)(nil)
 )
 
 // New connects to the database and, for SQLAlchemy, creates the tables and

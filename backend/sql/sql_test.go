@@ -219,3 +219,33 @@ func TestUnlockChord(t *testing.T) {
 		t.Fatalf("another claimant: err = %v, want ErrChordDone", err)
 	}
 }
+
+// TestCleanup deletes results older than ResultExpires and keeps newer ones
+// (and those without date_done), on both schemas.
+func TestCleanup(t *testing.T) {
+	old, recent := time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour)
+	for name, b := range map[string]*Backend{"sqlalchemy": newSQLAlchemy(t, Config{}), "django": func() *Backend { b, _ := newDjango(t, Config{}); return b }()} {
+		t.Run(name, func(t *testing.T) {
+			defer b.Close()
+			for id, done := range map[string]time.Time{"old": old, "recent": recent} {
+				if err := b.Store(t.Context(), backend.StoreRequest{Meta: &protocol.ResultMeta{TaskID: id, Status: protocol.StateSuccess, DateDone: done}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := b.Store(t.Context(), backend.StoreRequest{Meta: &protocol.ResultMeta{TaskID: "running", Status: protocol.StateStarted}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Cleanup(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Get(t.Context(), "old"); !errors.Is(err, backend.ErrNotFound) {
+				t.Errorf("old result: err = %v, want ErrNotFound", err)
+			}
+			for _, id := range []string{"recent", "running"} {
+				if _, err := b.Get(t.Context(), id); err != nil {
+					t.Errorf("%s: %v", id, err)
+				}
+			}
+		})
+	}
+}

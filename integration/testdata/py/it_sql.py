@@ -75,6 +75,9 @@ def client(steps="get,failure,chain,group"):
     if "group" in steps:
         r = group([add.s(i, i) for i in range(10)]).apply_async()
         emit(step="group", value=r.get(timeout=60), ready=r.ready(), states=sorted({x.state for x in r.results}))
+    if "cleanup" in steps:
+        r = app.send_task("celery.backend_cleanup")
+        emit(step="cleanup", value=r.get(timeout=60), state=r.state)
     if "chord" in steps:
         body_queue = os.environ.get("IT_BODY_QUEUE")
         body = tsum.s().set(queue=body_queue) if body_queue else tsum.s()
