@@ -1,20 +1,17 @@
 package main
 
 import (
-	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/celeriac/celeriac/protocol"
+	"github.com/celeriac/celeriac/cmd/celeriac/internal/deadletter"
 	"github.com/celeriac/celeriac/transport"
 	amqptransport "github.com/celeriac/celeriac/transport/amqp"
 	redistransport "github.com/celeriac/celeriac/transport/redis"
@@ -66,22 +63,8 @@ RabbitMQ, the delivery tag on Redis) or the task id.`,
 				if err != nil {
 					return err
 				}
-				for _, m := range msgs {
-					if m.ID != a[1] && (deadTaskID(m) != a[1] || a[1] == "") {
-						continue
-					}
-					doc := map[string]any{
-						"id": m.ID, "queue": m.Queue, "exchange": m.Exchange, "routing_key": m.RoutingKey,
-						"reason": m.Reason, "content_type": m.Message.ContentType,
-						"headers": jsonable(m.Message.Headers), "properties": m.Message.Properties,
-					}
-					if v, err := protocol.Unmarshal(m.Message.ContentType, m.Message.Body, protocol.DecodeOptions{}); err == nil {
-						doc["body"] = jsonable(v)
-					} else {
-						doc["body_base64"] = base64.StdEncoding.EncodeToString(m.Message.Body)
-						doc["body_error"] = err.Error()
-					}
-					b, _ := json.MarshalIndent(doc, "", "  ")
+				if m, ok := deadletter.Find(msgs, a[1]); ok {
+					b, _ := json.MarshalIndent(deadletter.Doc(m), "", "  ")
 					fmt.Fprintln(cmd.OutOrStdout(), string(b))
 					return nil
 				}
@@ -106,7 +89,7 @@ max_retries then gets one attempt and, if it fails again, is dead again.`,
 		Args: args(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return withDLQ(cmd, g, func(s transport.DeadLetterStore) error {
-				ids, err := resolveIDs(cmd.Context(), s, a[0], a[1:])
+				ids, err := deadletter.ResolveIDs(cmd.Context(), s, a[0], a[1:])
 				if err != nil {
 					return err
 				}
@@ -123,7 +106,7 @@ max_retries then gets one attempt and, if it fails again, is dead again.`,
 		Args:  args(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return withDLQ(cmd, g, func(s transport.DeadLetterStore) error {
-				ids, err := resolveIDs(cmd.Context(), s, a[0], a[1:])
+				ids, err := deadletter.ResolveIDs(cmd.Context(), s, a[0], a[1:])
 				if err != nil {
 					return err
 				}
@@ -199,51 +182,6 @@ func printSetup(out io.Writer, q, dlq string, qargs map[string]any) {
 
 // shellQuote quotes s for a POSIX shell.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-// resolveIDs maps the IDs of the command line to the store's IDs. A dead
-// letter is named by its store ID (what list prints first: the task id on
-// RabbitMQ, the delivery tag on Redis) or by its task id, so the same
-// command works on both brokers. Every ID must name a dead letter: an empty
-// result would mean "all" to Replay and PurgeDead.
-func resolveIDs(ctx context.Context, s transport.DeadLetterStore, queue string, given []string) ([]string, error) {
-	if len(given) == 0 {
-		return nil, nil
-	}
-	msgs, err := s.DeadLetters(ctx, queue, 0)
-	if err != nil {
-		return nil, err
-	}
-	var ids, missing []string
-	for _, want := range given {
-		found := false
-		for _, m := range msgs {
-			if want == "" || m.ID == "" || (m.ID != want && deadTaskID(m) != want) {
-				continue
-			}
-			found = true
-			if !slices.Contains(ids, m.ID) {
-				ids = append(ids, m.ID)
-			}
-		}
-		if !found {
-			missing = append(missing, strconv.Quote(want))
-		}
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("no dead letter %s in %s; nothing done", strings.Join(missing, ", "), queue)
-	}
-	return ids, nil
-}
-
-// deadTaskID is the task id of a dead letter: the one recorded with it, else
-// the message's id header.
-func deadTaskID(m transport.DeadMessage) string {
-	if m.Reason.TaskID != "" {
-		return m.Reason.TaskID
-	}
-	id, _ := m.Message.Headers["id"].(string)
-	return id
-}
 
 func withDLQ(cmd *cobra.Command, g *globalFlags, f func(transport.DeadLetterStore) error) error {
 	conn, err := g.open(cmd.Context())

@@ -135,7 +135,7 @@ file of Celery settings (--config), in that order.`,
 	root.CompletionOptions.DisableDefaultCmd = true
 	g.register(root)
 	root.AddCommand(newWorkerCmd(g), newSendCmd(g), newInspectCmd(g), newControlCmd(g),
-		newStatusCmd(g), newDLQCmd(g), newPurgeCmd(g), newBenchCmd(g))
+		newStatusCmd(g), newDLQCmd(g), newPurgeCmd(g), newBenchCmd(g), newDashboardCmd(g))
 	return root
 }
 

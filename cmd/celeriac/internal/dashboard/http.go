@@ -1,0 +1,807 @@
+package dashboard
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/celeriac/celeriac/backend"
+	"github.com/celeriac/celeriac/cmd/celeriac/internal/deadletter"
+	"github.com/celeriac/celeriac/protocol"
+	"github.com/celeriac/celeriac/transport"
+	"github.com/celeriac/celeriac/worker"
+)
+
+//go:embed templates/*.html static/*
+var assets embed.FS
+
+var funcs = template.FuncMap{
+	"ago": func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		d := time.Since(t).Round(time.Second)
+		if d < 0 {
+			d = 0
+		}
+		return d.String() + " ago"
+	},
+	"clock": func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05.000")
+	},
+	"secs": func(f float64) string {
+		if f <= 0 {
+			return "-"
+		}
+		return fmtSecs(f)
+	},
+	"short": func(s string) string { return clip(s, 120) },
+	"join":  strings.Join,
+	"add":   func(a, b int) int { return a + b },
+	"loads": func(l []float64) string {
+		parts := make([]string, len(l))
+		for i, f := range l {
+			parts[i] = strconv.FormatFloat(f, 'f', 2, 64)
+		}
+		return strings.Join(parts, " ")
+	},
+}
+
+var pages = template.Must(template.New("").Funcs(funcs).ParseFS(assets, "templates/*.html"))
+
+// page is what every template gets.
+type page struct {
+	Title    string
+	Nav      string
+	Template string
+	CSRF     string
+	CanAct   bool // actions are offered: credentials configured, not read-only
+	Authed   bool
+	ReadOnly bool
+	NoAuth   bool
+	Flash    string
+	Broker   string
+	Stats    Stats
+	Now      time.Time
+	Self     string // this page's path and query, for "back" links
+	Data     any
+}
+
+// Handler returns the dashboard's HTTP handler.
+func (d *Dashboard) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/workers", http.StatusSeeOther)
+	})
+	mux.HandleFunc("GET /workers", d.workersPage)
+	mux.HandleFunc("GET /tasks", d.tasksPage)
+	mux.HandleFunc("GET /task/{id}", d.taskPage)
+	mux.HandleFunc("GET /stats", d.statsPage)
+	mux.HandleFunc("GET /queues", d.queuesPage)
+	mux.HandleFunc("GET /dlq", d.dlqPage)
+	mux.HandleFunc("GET /dlq/show", d.dlqShowPage)
+	mux.HandleFunc("GET /login", d.loginPage)
+	mux.HandleFunc("GET /events", d.sse)
+	mux.HandleFunc("GET /static/{file}", d.static)
+	mux.HandleFunc("POST /login", d.login)
+	mux.HandleFunc("POST /logout", d.action(d.logout))
+	mux.HandleFunc("POST /action/worker", d.action(d.workerAction))
+	mux.HandleFunc("POST /action/revoke", d.action(d.revokeAction))
+	mux.HandleFunc("POST /action/dlq/replay", d.action(d.replayAction))
+	mux.HandleFunc("POST /action/dlq/purge", d.action(d.purgeAction))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		securityHeaders(w.Header())
+		// Forms post at most a selection of ids.
+		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func (d *Dashboard) static(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("file")
+	b, err := assets.ReadFile("static/" + name)
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	switch {
+	case strings.HasSuffix(name, ".js"):
+		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+	case strings.HasSuffix(name, ".css"):
+		w.Header().Set("Content-Type", "text/css; charset=utf-8")
+	}
+	w.Header().Set("Cache-Control", "max-age=300")
+	_, _ = w.Write(b)
+}
+
+// render writes a page, or only its live part when the script asks for it
+// (X-Fragment), rendering into a buffer first so that a template error is
+// a clean 500, never half a page.
+func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, p page) {
+	p.CSRF = d.csrfToken(w, r)
+	p.ReadOnly = d.o.ReadOnly
+	p.NoAuth = !d.authConfigured()
+	p.CanAct = !d.o.ReadOnly && d.authConfigured()
+	p.Authed = d.authenticated(r)
+	p.Broker = d.o.BrokerScheme
+	p.Stats = d.store.Stats()
+	p.Now = time.Now()
+	p.Self = r.URL.RequestURI()
+	if p.Flash == "" {
+		p.Flash = r.URL.Query().Get("msg")
+	}
+	name := p.Template
+	if r.Header.Get("X-Fragment") == "1" {
+		name += "-live"
+	}
+	var buf bytes.Buffer
+	if err := pages.ExecuteTemplate(&buf, name, p); err != nil {
+		d.log.Error("rendering a page failed", zap.String("template", name), zap.Error(err))
+		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+type workerRow struct {
+	Worker
+	Online bool
+}
+
+func (d *Dashboard) workersPage(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	var rows []workerRow
+	for _, wk := range d.store.Workers() {
+		rows = append(rows, workerRow{Worker: wk, Online: wk.Online(now)})
+	}
+	d.render(w, r, http.StatusOK, page{Title: "Workers", Nav: "workers", Template: "workers", Data: rows})
+}
+
+const pageSize = 50
+
+type tasksData struct {
+	Filter     Filter
+	Since      string
+	Until      string
+	States     []string
+	Tasks      []Task
+	Total      int
+	Page       int
+	Pages      int
+	PrevURL    string
+	NextURL    string
+	FilterOpen bool
+}
+
+// parseWhen reads a time filter: RFC 3339, "2006-01-02T15:04" (an HTML
+// datetime-local field, UTC), or a duration back from now ("15m").
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return now.Add(-d), nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02 15:04:05", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%q is not a time (2006-01-02T15:04:05, RFC 3339) or a duration back from now (15m)", s)
+}
+
+func (d *Dashboard) tasksPage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	now := time.Now()
+	data := tasksData{States: States, Since: q.Get("since"), Until: q.Get("until")}
+	data.Filter = Filter{Name: q.Get("name"), State: strings.ToUpper(q.Get("state")), Worker: q.Get("worker")}
+	var flash string
+	var err error
+	if data.Filter.Since, err = parseWhen(data.Since, now); err != nil {
+		flash = "since: " + err.Error()
+	}
+	if data.Filter.Until, err = parseWhen(data.Until, now); err != nil {
+		flash = "until: " + err.Error()
+	}
+	data.Page, _ = strconv.Atoi(q.Get("page"))
+	data.Page = max(data.Page, 1)
+	data.Tasks, data.Total = d.store.Tasks(data.Filter, (data.Page-1)*pageSize, pageSize)
+	data.Pages = max(1, (data.Total+pageSize-1)/pageSize)
+	link := func(p int) string {
+		v := url.Values{}
+		for _, k := range []string{"name", "state", "worker", "since", "until"} {
+			if s := q.Get(k); s != "" {
+				v.Set(k, s)
+			}
+		}
+		v.Set("page", strconv.Itoa(p))
+		return "/tasks?" + v.Encode()
+	}
+	if data.Page > 1 {
+		data.PrevURL = link(data.Page - 1)
+	}
+	if data.Page < data.Pages {
+		data.NextURL = link(data.Page + 1)
+	}
+	d.render(w, r, http.StatusOK, page{Title: "Tasks", Nav: "tasks", Template: "tasks", Data: data, Flash: flash})
+}
+
+type taskData struct {
+	Task     Task
+	Known    bool
+	Children []Task
+	// From the result backend.
+	Backend      bool
+	BackendState string
+	BackendValue string
+	BackendTrace string
+	BackendErr   string
+	// Revocable: not in a final state.
+	Revocable bool
+}
+
+func (d *Dashboard) taskPage(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	t, known := d.store.Task(id)
+	data := taskData{Task: t, Known: known}
+	if !known {
+		data.Task = Task{ID: id, State: StatePending}
+	}
+	for _, c := range t.Children {
+		if ct, ok := d.store.Task(c); ok {
+			data.Children = append(data.Children, ct)
+		} else {
+			data.Children = append(data.Children, Task{ID: c})
+		}
+	}
+	if be := d.o.Backend; be != nil && id != "" {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		meta, err := be.Get(ctx, id)
+		cancel()
+		switch {
+		case errors.Is(err, backend.ErrNotFound):
+		case err != nil:
+			data.BackendErr = err.Error()
+		default:
+			data.Backend = true
+			data.BackendState = string(meta.Status)
+			data.BackendValue = clip(describe(meta), maxReprLen)
+			data.BackendTrace = clip(meta.Traceback, maxTraceLen)
+			for _, c := range meta.Children {
+				if cid := childID(c); cid != "" && !containsTask(data.Children, cid) && len(data.Children) < maxChildren {
+					ct, ok := d.store.Task(cid)
+					if !ok {
+						ct = Task{ID: cid}
+					}
+					data.Children = append(data.Children, ct)
+				}
+			}
+			if !known {
+				data.Task.State = data.BackendState
+			}
+		}
+	}
+	if !known && !data.Backend {
+		d.render(w, r, http.StatusNotFound, page{Title: "Task " + id, Nav: "tasks", Template: "task", Data: data})
+		return
+	}
+	data.Revocable = !ready(data.Task.State)
+	d.render(w, r, http.StatusOK, page{Title: "Task " + id, Nav: "tasks", Template: "task", Data: data})
+}
+
+func containsTask(ts []Task, id string) bool {
+	for _, t := range ts {
+		if t.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// childID reads a task id from a result's children entry: Celery stores
+// each as a result tuple ((id, parent), None) or [[id, None], None].
+func childID(v any) string {
+	for range 3 {
+		switch x := v.(type) {
+		case string:
+			return x
+		case []any:
+			if len(x) == 0 {
+				return ""
+			}
+			v = x[0]
+		default:
+			return ""
+		}
+	}
+	return ""
+}
+
+func describe(m *protocol.ResultMeta) string {
+	if ex, ok := m.Result.(*protocol.ExceptionInfo); ok {
+		parts := make([]string, len(ex.Message))
+		for i, a := range ex.Message {
+			parts[i] = protocol.Repr(a)
+		}
+		return ex.Type + "(" + strings.Join(parts, ", ") + ")"
+	}
+	return protocol.Repr(m.Result)
+}
+
+type statsRow struct {
+	Name      string
+	Succeeded int
+	Failed    int
+	P50, P95  float64
+	Plot      template.HTML
+}
+
+func (d *Dashboard) statsPage(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	var rows []statsRow
+	for _, n := range d.store.Names() {
+		series := d.store.Series(n, now)
+		row := statsRow{Name: n, Plot: plot(n, series)}
+		for _, p := range series {
+			row.Succeeded += p.Succeeded
+			row.Failed += p.Failed
+		}
+		if last := lastWith(series); last != nil {
+			row.P50, row.P95 = last.P50, last.P95
+		}
+		rows = append(rows, row)
+	}
+	d.render(w, r, http.StatusOK, page{Title: "Throughput and runtime", Nav: "stats", Template: "stats", Data: rows})
+}
+
+func lastWith(ps []Point) *Point {
+	for i := len(ps) - 1; i >= 0; i-- {
+		if ps[i].Samples > 0 {
+			return &ps[i]
+		}
+	}
+	return nil
+}
+
+func (d *Dashboard) queuesPage(w http.ResponseWriter, r *http.Request) {
+	d.render(w, r, http.StatusOK, page{Title: "Queues", Nav: "queues", Template: "queues", Data: d.queues(r.Context())})
+}
+
+type deadRow struct {
+	ID, TaskID, TaskName, Reason, Error string
+	Retries                             string
+	Time                                time.Time
+}
+
+type dlqQueue struct {
+	Name  string
+	Rows  []deadRow
+	Err   string
+	More  bool
+	Count int
+}
+
+type dlqData struct {
+	Queues   []dlqQueue
+	Selected string
+	Names    []string
+}
+
+const dlqListLimit = 200
+
+func (d *Dashboard) deadStore() (transport.DeadLetterStore, error) {
+	s, ok := d.o.Transport.(transport.DeadLetterStore)
+	if !ok {
+		return nil, fmt.Errorf("the %s transport keeps no dead letters", d.o.BrokerScheme)
+	}
+	return s, nil
+}
+
+func (d *Dashboard) dlqPage(w http.ResponseWriter, r *http.Request) {
+	data := dlqData{Selected: r.URL.Query().Get("queue"), Names: d.queueNames()}
+	store, err := d.deadStore()
+	if err != nil {
+		d.render(w, r, http.StatusOK, page{Title: "Dead letters", Nav: "dlq", Template: "dlq", Data: data, Flash: err.Error()})
+		return
+	}
+	names := data.Names
+	if data.Selected != "" {
+		names = []string{data.Selected}
+	}
+	for _, q := range names {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		msgs, err := store.DeadLetters(ctx, q, dlqListLimit+1)
+		cancel()
+		dq := dlqQueue{Name: q}
+		if err != nil {
+			dq.Err = err.Error()
+		}
+		if len(msgs) > dlqListLimit {
+			msgs, dq.More = msgs[:dlqListLimit], true
+		}
+		for _, m := range msgs {
+			dq.Rows = append(dq.Rows, deadRow{
+				ID: m.ID, TaskID: deadletter.TaskID(m), TaskName: deadletter.TaskName(m),
+				Reason: m.Reason.Reason, Error: clip(m.Reason.Error, 300), Time: m.Reason.Time,
+				Retries: fmt.Sprint(m.Message.Headers["retries"]),
+			})
+		}
+		dq.Count = len(dq.Rows)
+		data.Queues = append(data.Queues, dq)
+	}
+	d.render(w, r, http.StatusOK, page{Title: "Dead letters", Nav: "dlq", Template: "dlq", Data: data})
+}
+
+type dlqShowData struct {
+	Queue string
+	ID    string
+	Doc   string
+}
+
+func (d *Dashboard) dlqShowPage(w http.ResponseWriter, r *http.Request) {
+	q, id := r.URL.Query().Get("queue"), r.URL.Query().Get("id")
+	data := dlqShowData{Queue: q, ID: id}
+	store, err := d.deadStore()
+	if err != nil {
+		d.render(w, r, http.StatusNotFound, page{Title: "Dead letter", Nav: "dlq", Template: "dlqshow", Data: data, Flash: err.Error()})
+		return
+	}
+	msgs, err := store.DeadLetters(r.Context(), q, 0)
+	if err != nil {
+		d.render(w, r, http.StatusBadGateway, page{Title: "Dead letter", Nav: "dlq", Template: "dlqshow", Data: data, Flash: err.Error()})
+		return
+	}
+	m, ok := deadletter.Find(msgs, id)
+	if !ok {
+		d.render(w, r, http.StatusNotFound, page{Title: "Dead letter", Nav: "dlq", Template: "dlqshow", Data: data,
+			Flash: fmt.Sprintf("no dead letter %q in %s", id, q)})
+		return
+	}
+	data.Doc = indentJSON(deadletter.Doc(m))
+	d.render(w, r, http.StatusOK, page{Title: "Dead letter " + id, Nav: "dlq", Template: "dlqshow", Data: data})
+}
+
+func (d *Dashboard) loginPage(w http.ResponseWriter, r *http.Request) {
+	d.render(w, r, http.StatusOK, page{Title: "Log in", Template: "login", Data: r.URL.Query().Get("back")})
+}
+
+// login takes the token from the form and, when right, sets the login
+// cookie (an HMAC of the token, so that the cookie is worthless after a
+// restart with another token).
+func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
+	if !d.checkCSRF(r) {
+		d.deny(w, r, http.StatusForbidden, "missing or wrong CSRF token: reload the page and try again")
+		return
+	}
+	tok := d.o.AuthToken
+	if tok == "" || !equal(r.PostFormValue("token"), tok) {
+		d.render(w, r, http.StatusUnauthorized, page{Title: "Log in", Template: "login", Flash: "wrong token", Data: r.PostFormValue("back")})
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: authCookie, Value: d.mac("auth", tok), Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, safeBack(r.PostFormValue("back"), "/workers"), http.StatusSeeOther)
+}
+
+func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: authCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/workers", http.StatusSeeOther)
+}
+
+// safeBack returns s when it is a path on this site, else def: a redirect
+// never leaves the dashboard.
+func safeBack(s, def string) string {
+	if s == "" || !strings.HasPrefix(s, "/") || strings.HasPrefix(s, "//") || strings.HasPrefix(s, "/\\") || strings.ContainsAny(s, "\r\n") {
+		return def
+	}
+	return s
+}
+
+func (d *Dashboard) deny(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	d.render(w, r, status, page{Title: "Not allowed", Template: "denied", Data: msg})
+}
+
+// action wraps a mutating handler: read-only mode, credentials, then CSRF,
+// in that order; an action that passes is logged.
+func (d *Dashboard) action(h func(w http.ResponseWriter, r *http.Request)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := r.ParseForm(); err != nil {
+			http.Error(w, "bad form", http.StatusBadRequest)
+			return
+		}
+		isLogout := r.URL.Path == "/logout"
+		switch {
+		case d.o.ReadOnly && !isLogout:
+			d.deny(w, r, http.StatusForbidden, "the dashboard runs with --read-only: no actions")
+			return
+		case !d.authConfigured() && !isLogout:
+			d.deny(w, r, http.StatusForbidden, "actions need credentials: start the dashboard with --auth-token or --basic-auth-file")
+			return
+		case !d.authenticated(r) && !isLogout:
+			if len(d.o.BasicAuth) > 0 {
+				w.Header().Set("WWW-Authenticate", `Basic realm="celeriac dashboard", charset="UTF-8"`)
+			}
+			d.deny(w, r, http.StatusUnauthorized, "log in first: this action needs credentials")
+			return
+		case !d.checkCSRF(r):
+			d.deny(w, r, http.StatusForbidden, "missing or wrong CSRF token: reload the page and try again")
+			return
+		}
+		if !isLogout {
+			d.log.Info("dashboard action", zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr),
+				zap.Any("form", redactForm(r.PostForm)))
+		}
+		h(w, r)
+	}
+}
+
+func redactForm(f url.Values) map[string][]string {
+	out := map[string][]string{}
+	for k, v := range f {
+		if k == "csrf" || k == "token" {
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// done redirects back to where the action was asked, with its outcome.
+func done(w http.ResponseWriter, r *http.Request, def, msg string) {
+	back := safeBack(r.PostFormValue("back"), def)
+	u, err := url.Parse(back)
+	if err != nil {
+		u = &url.URL{Path: def}
+	}
+	q := u.Query()
+	q.Set("msg", msg)
+	u.RawQuery = q.Encode()
+	http.Redirect(w, r, u.String(), http.StatusSeeOther)
+}
+
+// workerOps are the per-worker actions and the remote-control method each
+// sends.
+var workerOps = map[string]string{
+	"ping": "ping", "shutdown": "shutdown", "pool_grow": "pool_grow", "pool_shrink": "pool_shrink",
+	"enable_events": "enable_events", "disable_events": "disable_events", "rate_limit": "rate_limit",
+}
+
+func (d *Dashboard) workerAction(w http.ResponseWriter, r *http.Request) {
+	op, host := r.PostFormValue("op"), r.PostFormValue("worker")
+	method, ok := workerOps[op]
+	if !ok || host == "" {
+		http.Error(w, "unknown action or no worker", http.StatusBadRequest)
+		return
+	}
+	args := map[string]any{}
+	switch op {
+	case "pool_grow", "pool_shrink":
+		n, err := strconv.Atoi(r.PostFormValue("n"))
+		if err != nil || n < 1 {
+			n = 1
+		}
+		args["n"] = int64(n)
+	case "rate_limit":
+		task, rate := strings.TrimSpace(r.PostFormValue("task_name")), strings.TrimSpace(r.PostFormValue("rate_limit"))
+		if task == "" || rate == "" {
+			done(w, r, "/workers", "rate limit: give a task name and a rate (10/s, 5/m, 0 to disable)")
+			return
+		}
+		args["task_name"], args["rate_limit"] = task, rate
+	}
+	o := worker.ControlOptions{Destination: []string{host}, Limit: 1, Timeout: d.o.ControlTimeout}
+	if op == "shutdown" {
+		if err := d.o.Control.Cast(r.Context(), method, args, o); err != nil {
+			done(w, r, "/workers", "shutdown: "+err.Error())
+			return
+		}
+		done(w, r, "/workers", "shutdown sent to "+host)
+		return
+	}
+	replies, err := d.o.Control.Call(r.Context(), method, args, o)
+	done(w, r, "/workers", op+" "+host+": "+replyText(replies, err))
+}
+
+// replyText sums up remote-control replies for a person.
+func replyText(replies []worker.Reply, err error) string {
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	if len(replies) == 0 {
+		return "no reply within the timeout"
+	}
+	sort.Slice(replies, func(i, j int) bool { return replies[i].Hostname < replies[j].Hostname })
+	var parts []string
+	for _, rp := range replies {
+		v := rp.Value
+		if m, ok := v.(map[string]any); ok {
+			if okv, has := m["ok"]; has {
+				v = okv
+			} else if e, has := m["error"]; has {
+				v = "error: " + str(e)
+			}
+		}
+		s, isStr := v.(string)
+		if !isStr {
+			s = protocol.Repr(v)
+		}
+		parts = append(parts, rp.Hostname+" → "+clip(s, 300))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (d *Dashboard) revokeAction(w http.ResponseWriter, r *http.Request) {
+	id := r.PostFormValue("id")
+	if id == "" {
+		http.Error(w, "no task id", http.StatusBadRequest)
+		return
+	}
+	args := map[string]any{"task_id": []any{id}}
+	what := "revoke"
+	if r.PostFormValue("terminate") != "" {
+		args["terminate"], args["signal"] = true, "SIGTERM"
+		what = "revoke (terminate)"
+	}
+	replies, err := d.o.Control.Call(r.Context(), "revoke", args, worker.ControlOptions{Timeout: d.o.ControlTimeout})
+	done(w, r, "/task/"+url.PathEscape(id), what+" "+id+": "+replyText(replies, err))
+}
+
+// selection reads the dead letters a form names: every "id" field, or all
+// of the queue's with all=1. It returns an error when neither is given, so
+// that an empty selection never means "all".
+func selection(r *http.Request) (ids []string, all bool, err error) {
+	if r.PostFormValue("all") == "1" {
+		return nil, true, nil
+	}
+	for _, id := range r.PostForm["id"] {
+		if id = strings.TrimSpace(id); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, false, errors.New("select dead letters first (or use the \"all\" button)")
+	}
+	return ids, false, nil
+}
+
+func dlqBack(q string) string { return "/dlq?queue=" + url.QueryEscape(q) }
+
+func (d *Dashboard) replayAction(w http.ResponseWriter, r *http.Request) {
+	q := r.PostFormValue("queue")
+	store, err := d.deadStore()
+	if err != nil || q == "" {
+		done(w, r, "/dlq", fmt.Sprint("replay: ", err, " queue ", q))
+		return
+	}
+	given, _, err := selection(r)
+	if err != nil {
+		done(w, r, dlqBack(q), "replay: "+err.Error())
+		return
+	}
+	ids, err := deadletter.ResolveIDs(r.Context(), store, q, given)
+	if err != nil {
+		done(w, r, dlqBack(q), "replay: "+err.Error())
+		return
+	}
+	reset := r.PostFormValue("reset_retries") != ""
+	n, err := store.Replay(r.Context(), q, ids, transport.ReplayOptions{ResetRetries: reset})
+	msg := fmt.Sprintf("replayed %d message(s) to %s", n, q)
+	if reset {
+		msg += " with retries reset"
+	}
+	if err != nil {
+		msg += "; error: " + err.Error()
+	}
+	d.store.touch()
+	done(w, r, dlqBack(q), msg)
+}
+
+type confirmData struct {
+	Queue string
+	IDs   []string
+	All   bool
+	Count int
+	Back  string
+}
+
+// purgeAction deletes dead letters for good, so it asks first: without
+// confirm=yes it shows what would go and a button that repeats the request
+// with confirm=yes.
+func (d *Dashboard) purgeAction(w http.ResponseWriter, r *http.Request) {
+	q := r.PostFormValue("queue")
+	store, err := d.deadStore()
+	if err != nil || q == "" {
+		done(w, r, "/dlq", fmt.Sprint("purge: ", err, " queue ", q))
+		return
+	}
+	given, all, err := selection(r)
+	if err != nil {
+		done(w, r, dlqBack(q), "purge: "+err.Error())
+		return
+	}
+	ids, err := deadletter.ResolveIDs(r.Context(), store, q, given)
+	if err != nil {
+		done(w, r, dlqBack(q), "purge: "+err.Error())
+		return
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		cd := confirmData{Queue: q, IDs: given, All: all, Count: len(ids), Back: safeBack(r.PostFormValue("back"), dlqBack(q))}
+		if all {
+			msgs, err := store.DeadLetters(r.Context(), q, 0)
+			if err != nil {
+				done(w, r, dlqBack(q), "purge: "+err.Error())
+				return
+			}
+			cd.Count = len(msgs)
+		}
+		d.render(w, r, http.StatusOK, page{Title: "Confirm purge", Nav: "dlq", Template: "confirm", Data: cd})
+		return
+	}
+	n, err := store.PurgeDead(r.Context(), q, ids)
+	msg := fmt.Sprintf("purged %d dead letter(s) of %s", n, q)
+	if err != nil {
+		msg += "; error: " + err.Error()
+	}
+	d.store.touch()
+	done(w, r, dlqBack(q), msg)
+}
+
+// sse streams a "change" event whenever the history changes, at most twice
+// a second, and a comment every 15 s to keep proxies from closing it. The
+// page's script then fetches its own live part again.
+func (d *Dashboard) sse(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	// Watch before answering: a change right after the client hears from
+	// us must not be missed.
+	ch, _ := d.store.Changed()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprint(w, "retry: 2000\n\n")
+	fl.Flush()
+	keep := time.NewTicker(15 * time.Second)
+	defer keep.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-keep.C:
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
+			fl.Flush()
+		case <-ch:
+			var v uint64
+			ch, v = d.store.Changed()
+			if _, err := fmt.Fprintf(w, "event: change\ndata: %d\n\n", v); err != nil {
+				return
+			}
+			fl.Flush()
+			select {
+			case <-time.After(500 * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,34 @@
+// celeriac dashboard: makes pages live. Every page works without this
+// script; with it, a server-sent "change" event makes the page fetch its
+// own live part again (rendered and escaped by the server) and swap it in.
+(function () {
+  "use strict";
+  var live = document.getElementById("live");
+  var state = document.getElementById("live-state");
+  if (!live || !window.EventSource || !window.fetch) return;
+  var busy = false, again = false;
+  // A person who is choosing dead letters or typing keeps the page as it
+  // is until done.
+  function editing() {
+    return live.querySelector("input[type=checkbox]:checked") !== null ||
+      (document.activeElement && live.contains(document.activeElement) &&
+        document.activeElement.tagName === "INPUT");
+  }
+  function refresh() {
+    if (busy) { again = true; return; }
+    if (editing()) return;
+    busy = true;
+    fetch(location.href, { headers: { "X-Fragment": "1" }, credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+      .then(function (html) { if (!editing()) live.innerHTML = html; })
+      .catch(function () {})
+      .then(function () {
+        busy = false;
+        if (again) { again = false; refresh(); }
+      });
+  }
+  var es = new EventSource("/events");
+  es.addEventListener("change", refresh);
+  es.onopen = function () { if (state) state.textContent = "live"; };
+  es.onerror = function () { if (state) state.textContent = "reconnecting"; };
+})();
