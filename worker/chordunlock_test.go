@@ -3,8 +3,8 @@ package worker_test
 import (
 	"context"
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/celeriac/celeriac/backend"
 	membackend "github.com/celeriac/celeriac/backend/memory"

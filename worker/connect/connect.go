@@ -136,6 +136,13 @@ type Options struct {
 	SentinelPassword        string
 	BackendMasterName       string
 	BackendSentinelPassword string
+	// WaitReplicas, when positive, makes Redis acks, publishes and result
+	// writes wait (WAIT) until that many replicas have them, for up to
+	// WaitTimeout (default 1 s); what is not replicated in time is logged
+	// and counted (see transport/redis.Config.WaitReplicas). celeriac's own
+	// setting; Celery has none.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 	// ConnectionName names the AMQP connection and Redis clients, for
 	// rabbitmqctl and CLIENT LIST.
 	ConnectionName string
@@ -351,6 +358,7 @@ func openBroker(ctx context.Context, o Options) (transport.Transport, string, er
 			VisibilityTimeout: o.VisibilityTimeout, GlobalKeyPrefix: o.GlobalKeyPrefix,
 			QueueOrderStrategy: o.QueueOrderStrategy,
 			MasterName:         o.MasterName, SentinelPassword: o.SentinelPassword,
+			WaitReplicas: o.WaitReplicas, WaitTimeout: o.WaitTimeout,
 		})
 		if err != nil {
 			return nil, "", fmt.Errorf("connect: broker %s: %w", Redact(raw), err)
@@ -392,6 +400,7 @@ func openBackend(ctx context.Context, o Options, tr transport.Transport) (backen
 			URL: raw, TLSConfig: tlsConf, ResultExpires: o.ResultExpires,
 			Serializer: serializer, Logger: o.Logger,
 			MasterName: o.BackendMasterName, SentinelPassword: o.BackendSentinelPassword,
+			WaitReplicas: o.WaitReplicas, WaitTimeout: o.WaitTimeout,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("connect: result backend %s: %w", Redact(raw), err)
