@@ -484,7 +484,8 @@ func Redact(raw string) string {
 
 // Wait polls the backend until the task is ready (SUCCESS, FAILURE or
 // REVOKED), like AsyncResult.get() without raising. Backends with a native
-// Wait (backend/memory) are waited on directly.
+// Wait are waited on directly: backend/memory, and backend/redis, which
+// wakes on the result's PUBLISH instead of polling.
 func Wait(ctx context.Context, be backend.Backend, taskID string) (*protocol.ResultMeta, error) {
 	if w, ok := be.(interface {
 		Wait(context.Context, string) (*protocol.ResultMeta, error)
