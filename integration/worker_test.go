@@ -380,8 +380,18 @@ assert last["id"] == c.id and last["parent_id"] == second.id and last["root_id"]
 mid = last["args"][0]
 assert mid["id"] == second.id and mid["parent_id"] == first.id and mid["root_id"] == first.id, mid
 assert mid["args"][0]["id"] == first.id and mid["args"][0]["root_id"] == first.id, mid
-assert app.backend.get_task_meta(c.id).get("parent_id") == second.id, app.backend.get_task_meta(c.id)
-assert app.backend.get_task_meta(second.id).get("parent_id") == first.id
+# A step stores its result after sending the next step (Celery applies
+# callbacks first, to fill in children), so the last step can finish before
+# the one before it is stored: wait for each meta, as a client would.
+def meta(task_id):
+    deadline = time.time() + 20
+    m = app.backend.get_task_meta(task_id)
+    while m.get("status") != "SUCCESS" and time.time() < deadline:
+        time.sleep(0.05)
+        m = app.backend.get_task_meta(task_id)
+    return m
+assert meta(c.id).get("parent_id") == second.id, meta(c.id)
+assert meta(second.id).get("parent_id") == first.id, meta(second.id)
 # Group: every member knows its group, in the message and in the result meta.
 g = group(ids.clone(args=(i,)) for i in range(5))()
 got = g.get(timeout=30)
