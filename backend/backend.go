@@ -63,3 +63,28 @@ type Chords interface {
 	// does this before publishing the last header task).
 	SetChordSize(ctx context.Context, groupID string, size int) error
 }
+
+// ErrChordDone: the chord was completed before, by another call.
+var ErrChordDone = errors.New("backend: chord already completed")
+
+// ChordUnlocker is implemented by backends whose Python clients do not count
+// chord parts but send the celery.chord_unlock task, which polls the
+// header's results until all are ready and then fires the body (Celery's
+// database backend). The worker runs celery.chord_unlock with it.
+type ChordUnlocker interface {
+	// UnlockChord returns the header's results in taskIDs' order, with
+	// Ready true, once every one of them is ready and readable; Ready false
+	// while some are not. The first call that finds the chord complete
+	// claims it for claimant (the chord_unlock task's id): later calls
+	// return ErrChordDone, except for the same claimant, which gets the
+	// results again (a retry after the body could not be sent).
+	UnlockChord(ctx context.Context, groupID string, taskIDs []string, claimant string) (ChordResult, error)
+}
+
+// Cleaner is implemented by backends whose results do not expire by
+// themselves (Celery's database backends): Cleanup deletes those older than
+// the result expiry. The worker runs Celery's celery.backend_cleanup task
+// (which celery beat sends daily) with it.
+type Cleaner interface {
+	Cleanup(ctx context.Context) error
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,9 +15,53 @@ import (
 	"time"
 )
 
+// The interop tests run against one of two Python Celery versions, chosen
+// with CELERIAC_CELERY:
+//   - 5.2 (the default): Debian 12's python3-celery 5.2.6 / kombu 5.2.4,
+//     installed in the system Python;
+//   - 5.5: Debian 13's python3-celery 5.5.2 / kombu 5.5.3, which .ci/setup
+//     unpacks into CELERIAC_CELERY55_DIR (default
+//     $XDG_CACHE_HOME/celeriac/celery-5.5, as os.UserCacheDir says); its
+//     dist-packages go first on PYTHONPATH, after the tests' helpers and
+//     testdata/py55 (a sitecustomize working around a 5.5.2 client hang).
+//
+// Tests that only make sense on one version call requireCelery.
+
+// celeryVersion is the selected Python Celery, "5.2" or "5.5".
+func celeryVersion() string {
+	if v := os.Getenv("CELERIAC_CELERY"); v != "" {
+		return v
+	}
+	return "5.2"
+}
+
+// celery55Path is the dist-packages directory of the unpacked Celery 5.5.
+func celery55Path() string {
+	dir := os.Getenv("CELERIAC_CELERY55_DIR")
+	if dir == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return ""
+		}
+		dir = filepath.Join(cache, "celeriac", "celery-5.5")
+	}
+	return filepath.Join(dir, "root", "usr", "lib", "python3", "dist-packages")
+}
+
+// requireCelery skips t unless the selected Celery is version: the test
+// exercises what only that version does (why). .ci/test runs the suite
+// once per version, so the test runs in the other pass.
+func requireCelery(t testing.TB, version, why string) {
+	t.Helper()
+	if v := celeryVersion(); v != version {
+		t.Skipf("Celery %s only (%s); CELERIAC_CELERY=%s", version, why, v)
+	}
+}
+
 // pythonBin returns the interpreter that has Celery installed. It is
 // /usr/bin/python3 (Debian's python3-celery) unless CELERIAC_PYTHON says
-// otherwise; the python3 first on PATH may be another interpreter.
+// otherwise; the python3 first on PATH may be another interpreter. The
+// selected Celery version must be the one it imports.
 func pythonBin(t testing.TB) string {
 	t.Helper()
 	bin := os.Getenv("CELERIAC_PYTHON")
@@ -24,15 +69,28 @@ func pythonBin(t testing.TB) string {
 		bin = "/usr/bin/python3"
 	}
 	pythonCheck.Do(func() {
-		out, err := exec.Command(bin, "-c", "import celery, kombu, redis, amqp; print(celery.__version__)").CombinedOutput()
+		v := celeryVersion()
+		if v != "5.2" && v != "5.5" {
+			pythonCheck.err = fmt.Sprintf("CELERIAC_CELERY=%q: want 5.2 or 5.5", v)
+			return
+		}
+		cmd := exec.Command(bin, "-c", "import celery, kombu, redis, amqp; print(celery.__version__)")
+		cmd.Env = pyEnv(nil)
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			pythonCheck.err = strings.TrimSpace(string(out))
 			if pythonCheck.err == "" {
 				pythonCheck.err = err.Error()
 			}
+			if v == "5.5" {
+				pythonCheck.err += " (Celery 5.5 is looked for in " + celery55Path() + ": run .ci/setup)"
+			}
 			return
 		}
 		pythonCheck.version = strings.TrimSpace(string(out))
+		if !strings.HasPrefix(pythonCheck.version, v+".") {
+			pythonCheck.err = fmt.Sprintf("CELERIAC_CELERY=%s but Python imports celery %s (from %s)", v, pythonCheck.version, celery55Path())
+		}
 	})
 	if pythonCheck.err != "" {
 		unavailable(t, "python celery not usable via %s: %s (apt-get install python3-celery python3-redis)", bin, pythonCheck.err)
@@ -47,10 +105,16 @@ var pythonCheck struct {
 }
 
 // pyEnv is the environment for Python processes: the test's helpers on
-// PYTHONPATH plus the given variables.
+// PYTHONPATH (then, for CELERIAC_CELERY=5.5, Celery 5.5's packages) plus
+// the given variables.
 func pyEnv(extra map[string]string) []string {
 	dir, _ := filepath.Abs("testdata/py")
-	env := append(os.Environ(), "PYTHONPATH="+dir, "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1")
+	path := dir
+	if celeryVersion() == "5.5" {
+		py55, _ := filepath.Abs("testdata/py55")
+		path += string(os.PathListSeparator) + py55 + string(os.PathListSeparator) + celery55Path()
+	}
+	env := append(os.Environ(), "PYTHONPATH="+path, "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1")
 	for k, v := range extra {
 		env = append(env, k+"="+v)
 	}
@@ -158,8 +222,10 @@ func startPythonWorker(t testing.TB, env map[string]string, app string, args ...
 }
 
 func TestPythonCeleryAvailable(t *testing.T) {
-	out := runPython(t, 30*time.Second, nil, "import celery; print(celery.__version__)")
-	if got := strings.TrimSpace(out); !strings.HasPrefix(got, "5.") {
-		t.Fatalf("celery version = %q, want 5.x", got)
+	out := runPython(t, 30*time.Second, nil, "import celery, kombu; print(celery.__version__, kombu.__version__)")
+	got := strings.TrimSpace(out)
+	if !strings.HasPrefix(got, celeryVersion()+".") {
+		t.Fatalf("celery, kombu versions = %q, want celery %s.x (CELERIAC_CELERY)", got, celeryVersion())
 	}
+	t.Logf("CELERY_VERSION %s: celery, kombu %s", celeryVersion(), got)
 }

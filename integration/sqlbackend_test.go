@@ -203,11 +203,11 @@ func sqlWorkerConfig(t *testing.T, cfg sqlbackend.Config, mux *worker.Mux, hostn
 // TestSQLAlchemyBackendPythonClient: Python Celery sends tasks to a
 // celeriac worker and reads every result back through Celery's own
 // DatabaseBackend: values, state, traceback, date_done, the extended
-// fields, a failure, a chain and a group.
+// fields, a failure, a chain, a group and a chord of 20.
 func TestSQLAlchemyBackendPythonClient(t *testing.T) {
 	schema, queue := pgSchema(t), "it_sql_q_"+strings.ToLower(rand.Text()[:8])
 	sqlWorker(t, schema, queue, "celeriac@it-sql")
-	lines := pySQL(t, 3*time.Minute, sqlEnv(t, schema, queue), "client", "get,values,failure,chain,group")
+	lines := pySQL(t, 3*time.Minute, sqlEnv(t, schema, queue), "client", "get,values,failure,chain,group,chord")
 	t.Logf("python: %v", lines)
 	steps := map[string]map[string]any{}
 	for _, l := range lines {
@@ -238,6 +238,29 @@ func TestSQLAlchemyBackendPythonClient(t *testing.T) {
 	}
 	if g := steps["group"]; mustJSON(g["value"]) != "[0,2,4,6,8,10,12,14,16,18]" || g["ready"] != true || mustJSON(g["states"]) != `["SUCCESS"]` {
 		t.Errorf("group: %v", g)
+	}
+	// The chord's header runs here, and so does the celery.chord_unlock
+	// the Python client sends to the body's queue: celeriac's built-in
+	// reads the header's outcomes from celeriac_chord_part.
+	if c := steps["chord"]; c["value"] != float64(380) || c["state"] != "SUCCESS" {
+		t.Errorf("chord: %v", c)
+	}
+
+	// celery.backend_cleanup (what celery beat sends daily) deletes the
+	// results older than result_expires (1 day), here the adds of the group.
+	pgExec(t, "UPDATE "+schema+".celery_taskmeta SET date_done = date_done - interval '3 days' WHERE task_id IN (SELECT task_id FROM "+
+		schema+".celery_taskmeta WHERE name = 'it_sql.add' ORDER BY id LIMIT 5)")
+	before := pgQuery(t, "SELECT count(*) FROM "+schema+".celery_taskmeta")[0][0]
+	if c := pySQL(t, time.Minute, sqlEnv(t, schema, queue), "client", "cleanup")[0]; c["state"] != "SUCCESS" {
+		t.Errorf("backend_cleanup: %v", c)
+	}
+	after := pgQuery(t, "SELECT count(*), count(*) FILTER (WHERE date_done < now() AT TIME ZONE 'utc' - interval '1 day') FROM "+schema+".celery_taskmeta")[0]
+	var nb, na int
+	fmt.Sscan(before, &nb)
+	fmt.Sscan(after[0], &na)
+	t.Logf("backend_cleanup: %d rows before, %d after (its own result included)", nb, na)
+	if after[1] != "0" || na != nb-5+1 {
+		t.Errorf("backend_cleanup: %d rows before, %d after, %s expired left; want 5 deleted and its own result added", nb, na, after[1])
 	}
 }
 
@@ -297,5 +320,36 @@ func TestSQLAlchemyBackendTablesMatchCelery(t *testing.T) {
 	}
 	if mustJSON(py) != mustJSON(gone) {
 		t.Errorf("tables differ:\nCelery:   %v\nceleriac: %v", py, gone)
+	}
+}
+
+// TestSQLAlchemyBackendChordMixedWorkers: a chord of 20 whose header a
+// Python worker and a celeriac worker share; its body, and so the
+// celery.chord_unlock the client sends with it, go to a queue only the
+// Python worker consumes. Celery's chord_unlock reads every header result,
+// the pickles celeriac wrote included, and fires the body once.
+func TestSQLAlchemyBackendChordMixedWorkers(t *testing.T) {
+	schema, queue := pgSchema(t), "it_sql_q_"+strings.ToLower(rand.Text()[:8])
+	bodyQueue := queue + "_body"
+	env := sqlEnv(t, schema, queue)
+	env["IT_BODY_QUEUE"] = bodyQueue
+	deleteAMQP(t, bodyQueue)
+	startPythonWorker(t, env, "it_sql", "-Q", queue+","+bodyQueue, "-c", "2", "-n", "py@it-sql", "--without-mingle", "--without-gossip")
+	sqlWorker(t, schema, queue, "celeriac@it-sql")
+	for range 2 {
+		c := pySQL(t, 3*time.Minute, env, "client", "chord")[0]
+		if c["value"] != float64(380) || c["state"] != "SUCCESS" {
+			t.Errorf("chord: %v", c)
+		}
+		t.Logf("header workers: %v", c["header_workers"])
+	}
+	workers := pgQuery(t, "SELECT worker, count(*) FROM "+schema+".celery_taskmeta WHERE name = 'it_sql.add' GROUP BY worker ORDER BY worker")
+	t.Logf("header tasks per worker: %v", workers)
+	if len(workers) != 2 {
+		t.Errorf("header tasks per worker: %v, want both workers", workers)
+	}
+	bodies := pgQuery(t, "SELECT count(*) FROM "+schema+".celery_taskmeta WHERE name = 'it_sql.tsum'")
+	if bodies[0][0] != "2" {
+		t.Errorf("%s chord bodies ran, want 2 (one per chord)", bodies[0][0])
 	}
 }

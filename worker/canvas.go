@@ -143,6 +143,19 @@ func sendOptionsFromSignature(opts map[string]any, now time.Time) (*sendOptions,
 	if h, ok := opts["headers"].(map[string]any); ok {
 		o.headers = h
 	}
+	// A stamped signature (Celery 5.5's stamp()) lists its stamps in
+	// stamped_headers and holds each as an option; as_task_v2 makes them
+	// the message's stamped_headers and stamps headers.
+	if sh, ok := opts["stamped_headers"].([]any); ok {
+		o.stampedHeaders = make([]string, 0, len(sh))
+		o.stamps = make(map[string]any, len(sh))
+		for _, h := range sh {
+			if name, ok := h.(string); ok {
+				o.stampedHeaders = append(o.stampedHeaders, name)
+				o.stamps[name] = opts[name]
+			}
+		}
+	}
 	var err error
 	if o.link, err = signatureList(opts["link"]); err != nil {
 		errs = append(errs, fmt.Errorf("link: %w", err))

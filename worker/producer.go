@@ -89,6 +89,7 @@ type sendOptions struct {
 	expires       time.Time
 	queue         string
 	exchange      string
+	exchangeType  string
 	routingKey    string
 	priority      int
 	link          []protocol.Signature
@@ -108,6 +109,11 @@ type sendOptions struct {
 	parentID      string
 	rootID        string
 	retries       int
+	// stampedHeaders and stamps come from a stamped signature's options
+	// (Celery 5.5's stamping: stamped_headers, then each stamp as an
+	// option of its own).
+	stampedHeaders []string
+	stamps         map[string]any
 	// fallbackQueue is used when neither an option nor a route names a
 	// queue and the producer has no configured default (canvas messages
 	// sent by the worker: the parent's queue).
@@ -143,6 +149,14 @@ func ToQueue(name string) SendOption { return func(o *sendOptions) { o.queue = n
 func ToExchange(exchange, routingKey string) SendOption {
 	return func(o *sendOptions) { o.exchange, o.routingKey = exchange, routingKey }
 }
+
+// ExchangeKind states the type of the ToExchange exchange (transport.Topic,
+// Fanout or Direct), as a Celery producer knows it from task_queues. The
+// transport learns the types of the exchanges it consumes through; a
+// producer publishing to others says so, because with native delayed
+// delivery on (Celery 5.5, quorum queues) a countdown task goes through the
+// delay levels only to a topic or fanout exchange.
+func ExchangeKind(kind string) SendOption { return func(o *sendOptions) { o.exchangeType = kind } }
 
 // Priority sets the message priority.
 func Priority(p int) SendOption { return func(o *sendOptions) { o.priority = p } }
@@ -218,8 +232,9 @@ func (p *Producer) SendTask(ctx context.Context, name string, args []any, kwargs
 // destination is where a message goes: a queue through the default
 // exchange, or a named exchange with a routing key.
 type destination struct {
-	exchange   string
-	routingKey string
+	exchange     string
+	exchangeType string
+	routingKey   string
 }
 
 func (p *Producer) route(name string, o *sendOptions) destination {
@@ -229,7 +244,7 @@ func (p *Producer) route(name string, o *sendOptions) destination {
 		if rk == "" {
 			rk = o.exchange
 		}
-		return destination{exchange: o.exchange, routingKey: rk}
+		return destination{exchange: o.exchange, exchangeType: o.exchangeType, routingKey: rk}
 	case o.queue != "":
 		return destination{routingKey: o.queue}
 	case p.cfg.Routes[name] != "":
@@ -279,6 +294,9 @@ func (p *Producer) build(name string, args []any, kwargs map[string]any, o *send
 		ReplyTo:       o.replyTo,
 		Priority:      o.priority,
 		DeliveryMode:  2,
+
+		StampedHeaders: o.stampedHeaders,
+		Stamps:         o.stamps,
 	}
 	if m.RootID == "" {
 		m.RootID = id
@@ -329,10 +347,10 @@ func (p *Producer) publish(ctx context.Context, m *protocol.TaskMessage, dest de
 	if err != nil {
 		return fmt.Errorf("worker: encode task %s[%s]: %w", m.Name, m.ID, err)
 	}
-	// No ExchangeType: a named exchange is used as it exists (the AMQP
+	// Without ExchangeKind, a named exchange is used as it exists (the AMQP
 	// transport declares a missing one direct, Celery's default), and the
 	// transport knows the types of the exchanges it consumes through.
-	pub := &transport.Publishing{Exchange: dest.exchange, RoutingKey: dest.routingKey, Message: *msg}
+	pub := &transport.Publishing{Exchange: dest.exchange, ExchangeType: dest.exchangeType, RoutingKey: dest.routingKey, Message: *msg}
 	if err := p.pub.Publish(ctx, pub); err != nil {
 		return fmt.Errorf("worker: publish task %s[%s] to %q/%q: %w", m.Name, m.ID, dest.exchange, dest.routingKey, err)
 	}

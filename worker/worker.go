@@ -374,6 +374,9 @@ func (l *loop) receive(ctx context.Context, d *transport.Delivery) {
 	}
 	h, opts, ok := w.mux.lookup(m.Name)
 	if !ok {
+		h, opts, ok = w.builtin(m.Name)
+	}
+	if !ok {
 		l.background(func() { w.rejectUnknown(d, m) })
 		return
 	}

@@ -206,3 +206,90 @@ func exceptionValue(v any) any {
 	}
 	return v
 }
+
+// UnlockChord implements backend.ChordUnlocker for Celery's SQLAlchemy
+// schema: the Python client's celery.chord_unlock lists the header's task
+// ids, and the chord is ready when celeriac_chord_part has every one of
+// them (each header task a celeriac worker ran recorded its outcome there
+// through ChordPartReturn). A header task that a Python worker ran has only
+// its pickle in celery_taskmeta, which celeriac cannot read: such a chord
+// stays not ready here, and its chord_unlock must be run by a Python
+// worker (Celery retries the task, so a Python worker on the same queue
+// takes it up).
+func (b *Backend) UnlockChord(ctx context.Context, groupID string, taskIDs []string, claimant string) (backend.ChordResult, error) {
+	if err := ctx.Err(); err != nil {
+		return backend.ChordResult{}, err
+	}
+	if groupID == "" || claimant == "" {
+		return backend.ChordResult{}, errors.New("sql backend: UnlockChord: group id and claimant are required")
+	}
+	if b.schema == Django {
+		return backend.ChordResult{}, errors.New("sql backend: django-celery-results counts chords itself; it has no chord_unlock")
+	}
+	if err := b.enter(); err != nil {
+		return backend.ChordResult{}, err
+	}
+	defer b.inflight.Done()
+	var res backend.ChordResult
+	err := b.retry(ctx, "chord unlock", func(ctx context.Context) error {
+		res = backend.ChordResult{}
+		return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+b.chordTable()+" (group_id, size) VALUES ($1, $2) ON CONFLICT DO NOTHING", groupID, len(taskIDs)); err != nil {
+				return err
+			}
+			var completedBy *string
+			if err := tx.QueryRow(ctx, "SELECT completed_by FROM "+b.chordTable()+" WHERE group_id = $1 FOR UPDATE", groupID).Scan(&completedBy); err != nil {
+				return err
+			}
+			if completedBy != nil && *completedBy != claimant {
+				return backend.ErrChordDone
+			}
+			rows, err := tx.Query(ctx, "SELECT task_id, state, result FROM "+b.partTable()+" WHERE group_id = $1 AND task_id = ANY($2)", groupID, taskIDs)
+			if err != nil {
+				return err
+			}
+			found := map[string]backend.ChordPart{}
+			for rows.Next() {
+				var (
+					id, state string
+					raw       []byte
+				)
+				if err := rows.Scan(&id, &state, &raw); err != nil {
+					rows.Close()
+					return err
+				}
+				part := backend.ChordPart{GroupID: groupID, TaskID: id, State: protocol.State(state)}
+				if part.Result, err = decodePartResult(part.State, protocol.ContentTypeJSON, raw); err != nil {
+					part = chordFailure(groupID, fmt.Sprintf("chord part %s does not decode: %v", id, err))
+				}
+				found[id] = part
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			for _, id := range taskIDs {
+				if _, ok := found[id]; !ok {
+					return nil // not ready: some part has not returned (here)
+				}
+			}
+			if completedBy == nil {
+				if _, err := tx.Exec(ctx, "UPDATE "+b.chordTable()+" SET completed_by = $2 WHERE group_id = $1", groupID, claimant); err != nil {
+					return err
+				}
+			}
+			res.Ready = true
+			for i, id := range taskIDs {
+				part := found[id]
+				idx := i
+				part.GroupIndex = &idx
+				res.Results = append(res.Results, part)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return backend.ChordResult{}, fmt.Errorf("sql backend: unlock chord %s: %w", groupID, err)
+	}
+	return res, nil
+}

@@ -40,12 +40,16 @@
 // # Chords
 //
 // Python clients of Celery's database backend do not count chord parts:
-// they send celery.chord_unlock, which polls the header's results and
-// needs them unpickled, so those chords need a Python worker for their
-// chord_unlock task (see the README). Chords a celeriac worker starts
-// ([backend.Chords]) are counted in celeriac's own tables next to
-// Celery's, celeriac_chord and celeriac_chord_part, in one transaction
-// per part that locks the chord's row: exactly one part completes it.
+// they send celery.chord_unlock, which polls the header's results. The
+// worker runs it with [Backend.UnlockChord] (backend.ChordUnlocker): every
+// header task a celeriac worker ran recorded its outcome as JSON in
+// celeriac's own table celeriac_chord_part, and the first chord_unlock that
+// finds all of them claims the chord in celeriac_chord. Parts a Python
+// worker ran exist only as pickles, so such chords need Celery's own
+// chord_unlock on a Python worker, which reads celeriac's pickles. Chords a
+// celeriac worker starts ([backend.Chords]) are counted in the same tables,
+// in one transaction per part that locks the chord's row: exactly one part
+// completes it.
 //
 // django-celery-results counts chords natively, in ChordCounter: the
 // Python client creates it with the header's result tuples, and each part

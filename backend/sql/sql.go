@@ -56,8 +56,10 @@ type storeOp struct {
 }
 
 var (
-	_ backend.Backend = (*Backend)(nil)
-	_ backend.Chords  = (*Backend)(nil)
+	_ backend.Backend       = (*Backend)(nil)
+	_ backend.Chords        = (*Backend)(nil)
+	_ backend.ChordUnlocker = (*Backend)(nil)
+	_ backend.Cleaner       = (*Backend)(nil)
 )
 
 // New connects to the database and, for SQLAlchemy, creates the tables and

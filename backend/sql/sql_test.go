@@ -182,3 +182,70 @@ func TestGroupCommitIsolatesARefusedValue(t *testing.T) {
 		}
 	}
 }
+
+// TestUnlockChord: not ready until every listed part returned, then ready
+// once for its claimant (again for the same claimant), ErrChordDone for
+// any other.
+func TestUnlockChord(t *testing.T) {
+	b := newSQLAlchemy(t, Config{})
+	defer b.Close()
+	gid := "bt-unlock"
+	ids := []string{"p0", "p1", "p2"}
+	for i, id := range ids[:2] {
+		if _, err := b.ChordPartReturn(t.Context(), backend.ChordPart{GroupID: gid, TaskID: id, State: protocol.StateSuccess, Result: int64(i * 10)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, err := b.UnlockChord(t.Context(), gid, ids, "u1"); err != nil || r.Ready {
+		t.Fatalf("two of three parts: %+v, %v; want not ready", r, err)
+	}
+	if _, err := b.ChordPartReturn(t.Context(), backend.ChordPart{GroupID: gid, TaskID: "p2", State: protocol.StateFailure,
+		Result: &protocol.ExceptionInfo{Type: "KeyError", Message: []any{"k"}, Module: "builtins"}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		r, err := b.UnlockChord(t.Context(), gid, ids, "u1")
+		if err != nil || !r.Ready || len(r.Results) != 3 {
+			t.Fatalf("all parts: %+v, %v", r, err)
+		}
+		if r.Results[1].Result != int64(10) || *r.Results[2].GroupIndex != 2 || r.Results[2].State != protocol.StateFailure {
+			t.Errorf("results %+v", r.Results)
+		}
+		if e, ok := r.Results[2].Result.(*protocol.ExceptionInfo); !ok || e.Type != "KeyError" {
+			t.Errorf("failed part's result %#v", r.Results[2].Result)
+		}
+	}
+	if _, err := b.UnlockChord(t.Context(), gid, ids, "u2"); !errors.Is(err, backend.ErrChordDone) {
+		t.Fatalf("another claimant: err = %v, want ErrChordDone", err)
+	}
+}
+
+// TestCleanup deletes results older than ResultExpires and keeps newer ones
+// (and those without date_done), on both schemas.
+func TestCleanup(t *testing.T) {
+	old, recent := time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour)
+	for name, b := range map[string]*Backend{"sqlalchemy": newSQLAlchemy(t, Config{}), "django": func() *Backend { b, _ := newDjango(t, Config{}); return b }()} {
+		t.Run(name, func(t *testing.T) {
+			defer b.Close()
+			for id, done := range map[string]time.Time{"old": old, "recent": recent} {
+				if err := b.Store(t.Context(), backend.StoreRequest{Meta: &protocol.ResultMeta{TaskID: id, Status: protocol.StateSuccess, DateDone: done}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := b.Store(t.Context(), backend.StoreRequest{Meta: &protocol.ResultMeta{TaskID: "running", Status: protocol.StateStarted}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Cleanup(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Get(t.Context(), "old"); !errors.Is(err, backend.ErrNotFound) {
+				t.Errorf("old result: err = %v, want ErrNotFound", err)
+			}
+			for _, id := range []string{"recent", "running"} {
+				if _, err := b.Get(t.Context(), id); err != nil {
+					t.Errorf("%s: %v", id, err)
+				}
+			}
+		})
+	}
+}

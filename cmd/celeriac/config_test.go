@@ -197,6 +197,36 @@ func TestWorkerSettings(t *testing.T) {
 	}
 }
 
+// TestDatabaseBackendSettings: Celery's database backend settings and
+// django-db's database URL reach the connection options; the environment's
+// CELERIAC_DATABASE_URL wins over the file's database_url.
+func TestDatabaseBackendSettings(t *testing.T) {
+	t.Setenv("CELERY_BROKER_URL", "")
+	t.Setenv("CELERY_RESULT_BACKEND", "")
+	t.Setenv("CELERIAC_DATABASE_URL", "")
+	file := writeConfig(t, `{
+		"broker_url": "memory://",
+		"result_backend": "django-db",
+		"result_extended": true,
+		"database_url": "postgres://app:pw@db/app",
+		"database_table_names": {"task": "t", "group": "g"},
+		"database_table_schemas": {"task": "s1", "group": "s2"},
+		"database_short_lived_sessions": true
+	}`)
+	_, o, err := parseWorker(t, "--config", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.ResultBackend != "django-db" || o.DatabaseURL != "postgres://app:pw@db/app" || !o.ResultExtended || !o.DatabaseShortLivedSessions ||
+		o.DatabaseTableNames["task"] != "t" || o.DatabaseTableNames["group"] != "g" || o.DatabaseTableSchemas["task"] != "s1" || o.DatabaseTableSchemas["group"] != "s2" {
+		t.Errorf("options from the file: %+v", o)
+	}
+	t.Setenv("CELERIAC_DATABASE_URL", "postgres://env/app")
+	if _, o, _ = parseWorker(t, "--config", file, "--result-extended=false"); o.DatabaseURL != "postgres://env/app" || o.ResultExtended {
+		t.Errorf("environment and flag: DatabaseURL %q, ResultExtended %v", o.DatabaseURL, o.ResultExtended)
+	}
+}
+
 // TestQuorumQueueSettings: Celery 5.5's quorum-queue settings reach the
 // queue declarations and the AMQP transport's delayed delivery.
 func TestQuorumQueueSettings(t *testing.T) {
@@ -393,6 +423,7 @@ func TestHASettings(t *testing.T) {
 		BackendSSL:       &connect.SSLOptions{KeyFile: "/rk.pem", CertFile: "/rc.pem", CACerts: "/rca.pem", CertReqs: "CERT_NONE"},
 		MasterName:       "bm", SentinelPassword: "bsp",
 		BackendMasterName: "rm", BackendSentinelPassword: "rsp",
+		WaitTimeout: time.Second,
 	}
 	if diff := cmp.Diff(want, o, cmpopts.IgnoreFields(connect.Options{}, "Logger", "ConnectionName")); diff != "" {
 		t.Errorf("options (-want +got):\n%s", diff)

@@ -75,9 +75,15 @@ def client(steps="get,failure,chain,group"):
     if "group" in steps:
         r = group([add.s(i, i) for i in range(10)]).apply_async()
         emit(step="group", value=r.get(timeout=60), ready=r.ready(), states=sorted({x.state for x in r.results}))
+    if "cleanup" in steps:
+        r = app.send_task("celery.backend_cleanup")
+        emit(step="cleanup", value=r.get(timeout=60), state=r.state)
     if "chord" in steps:
-        r = chord([add.s(i, i) for i in range(20)])(tsum.s())
-        emit(step="chord", value=r.get(timeout=120), state=r.state)
+        body_queue = os.environ.get("IT_BODY_QUEUE")
+        body = tsum.s().set(queue=body_queue) if body_queue else tsum.s()
+        r = chord([add.s(i, i) for i in range(20)])(body)
+        emit(step="chord", value=r.get(timeout=120), state=r.state, id=r.id,
+             header_workers=sorted(x.worker for x in r.parent.results) if r.parent else None)
     app.close()
 
 
