@@ -188,6 +188,50 @@ func (b *Backend) Get(ctx context.Context, taskID string) (*protocol.ResultMeta,
 	return m, nil
 }
 
+// Wait blocks until the task reaches a ready state (SUCCESS, FAILURE,
+// REVOKED) and returns it, as AsyncResult.get() does on Celery's Redis
+// backend: it subscribes to the result's channel, on which every store
+// PUBLISHes the document, then reads the key once, so that a result stored
+// before the subscription is not missed. It never polls: it wakes on the
+// PUBLISH. A cancelled ctx ends the wait.
+func (b *Backend) Wait(ctx context.Context, taskID string) (*protocol.ResultMeta, error) {
+	if err := b.enter(); err != nil {
+		return nil, err
+	}
+	defer b.inflight.Done()
+	key := b.TaskKey(taskID)
+	sub := b.client.Subscribe(ctx, key)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		return nil, fmt.Errorf("redis backend: subscribe to %s: %w", key, err)
+	}
+	m, err := b.Get(ctx, taskID)
+	switch {
+	case err == nil && m.Status.Ready():
+		return m, nil
+	case err != nil && !errors.Is(err, backend.ErrNotFound):
+		return nil, err
+	}
+	msgs := sub.Channel()
+	for {
+		select {
+		case msg, ok := <-msgs:
+			if !ok {
+				return nil, fmt.Errorf("redis backend: wait for %s: subscription closed", taskID)
+			}
+			m, err := protocol.DecodeResult([]byte(msg.Payload), b.s.contentType, protocol.DecodeOptions{MaxBodySize: maxValueSize})
+			if err != nil {
+				return nil, fmt.Errorf("redis backend: decode result of %s: %w", taskID, err)
+			}
+			if m.Status.Ready() {
+				return m, nil
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
 // Close waits for calls in progress and for stores still queued, then
 // closes the connections. Later calls, including Close, return ErrClosed.
 func (b *Backend) Close() error {
