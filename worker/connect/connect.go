@@ -48,11 +48,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/celeriac/celeriac/backend"
-	"github.com/celeriac/celeriac/client"
 	membackend "github.com/celeriac/celeriac/backend/memory"
 	redisbackend "github.com/celeriac/celeriac/backend/redis"
 	"github.com/celeriac/celeriac/backend/rpc"
 	sqlbackend "github.com/celeriac/celeriac/backend/sql"
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 	amqptransport "github.com/celeriac/celeriac/transport/amqp"
