@@ -52,6 +52,7 @@ import (
 	redisbackend "github.com/celeriac/celeriac/backend/redis"
 	"github.com/celeriac/celeriac/backend/rpc"
 	sqlbackend "github.com/celeriac/celeriac/backend/sql"
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 	amqptransport "github.com/celeriac/celeriac/transport/amqp"
@@ -482,32 +483,12 @@ func Redact(raw string) string {
 	return strings.Join(parts, ";")
 }
 
-// Wait polls the backend until the task is ready (SUCCESS, FAILURE or
-// REVOKED), like AsyncResult.get() without raising. Backends with a native
-// Wait are waited on directly: backend/memory, and backend/redis, which
-// wakes on the result's PUBLISH instead of polling.
+// Wait waits until the task is ready (SUCCESS, FAILURE or REVOKED), like
+// AsyncResult.get() without raising: client.Wait, which uses a backend's own
+// Wait (backend/memory; backend/redis wakes on the result's PUBLISH) and
+// polls the others.
 func Wait(ctx context.Context, be backend.Backend, taskID string) (*protocol.ResultMeta, error) {
-	if w, ok := be.(interface {
-		Wait(context.Context, string) (*protocol.ResultMeta, error)
-	}); ok {
-		return w.Wait(ctx, taskID)
-	}
-	delay := 2 * time.Millisecond
-	for {
-		m, err := be.Get(ctx, taskID)
-		switch {
-		case err == nil && m.Status.Ready():
-			return m, nil
-		case err != nil && !errors.Is(err, backend.ErrNotFound):
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, 200*time.Millisecond)
-	}
+	return client.Wait(ctx, be, taskID)
 }
 
 // delayedMode reads Options.DelayedDelivery.
