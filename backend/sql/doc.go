@@ -22,9 +22,9 @@
 // {"exc_type", "exc_message", "exc_module"} dict). [EncodePickle] writes
 // that pickle for the values Go handlers return; it has no decoder, and
 // celeriac never unpickles anything, so [Backend.Get] on the SQLAlchemy
-// schema returns the state, date_done, traceback and extended fields
-// without Result. args and kwargs are encoded with the result serializer,
-// as Celery encodes them.
+// schema returns the state, date_done, traceback and extended fields, and
+// as Result a [PickledResult] (its size) or nil for None. args and kwargs
+// are encoded with the result serializer, as Celery encodes them.
 //
 // # Writes
 //
