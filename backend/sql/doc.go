@@ -56,7 +56,12 @@
 // decrements it under SELECT ... FOR UPDATE. celeriac does the same, so Go
 // and Python workers share a chord's header and the part that brings the
 // count to zero, whichever worker runs it, fires the body once. The
-// results are read from the task table in header order.
+// results are read from the task table in header order. Like Python's, a
+// header task delivered twice (a redelivery after a crash) counts twice on
+// a counter the Python client created; the body then fails with a
+// ChordError naming the part that is not ready, where Python's backend
+// would never fire it. A counter a celeriac worker created keeps one slot
+// per part and counts each once.
 //
 // sql imports backend and protocol, pgx and zap.
 package sql
