@@ -439,7 +439,7 @@ func (d *Dashboard) dlqPage(w http.ResponseWriter, r *http.Request) {
 		for _, m := range msgs {
 			dq.Rows = append(dq.Rows, deadRow{
 				ID: m.ID, TaskID: deadletter.TaskID(m), TaskName: deadletter.TaskName(m),
-				Reason: m.Reason.Reason, Error: clip(m.Reason.Error, 300), Time: m.Reason.Time,
+				Reason: m.Reason.Reason, Error: clip(d.deadError(m, false), 300), Time: m.Reason.Time,
 				Retries: fmt.Sprint(m.Message.Headers["retries"]),
 			})
 		}
@@ -453,6 +453,29 @@ type dlqShowData struct {
 	Queue string
 	ID    string
 	Doc   string
+	Error string
+}
+
+// deadError is why a dead letter's task failed: what the worker recorded
+// with it (Redis), else, since RabbitMQ's dead-letter exchange records only
+// "rejected", the exception of the task's failure event, else (when asked,
+// it costs a round trip) the stored result.
+func (d *Dashboard) deadError(m transport.DeadMessage, backendToo bool) string {
+	if m.Reason.Error != "" {
+		return m.Reason.Error
+	}
+	id := deadletter.TaskID(m)
+	if t, ok := d.store.Task(id); ok && t.Exception != "" {
+		return t.Exception
+	}
+	if backendToo && d.o.Backend != nil && id != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		if meta, err := d.o.Backend.Get(ctx, id); err == nil && meta.Status == protocol.StateFailure {
+			return describe(meta)
+		}
+	}
+	return ""
 }
 
 func (d *Dashboard) dlqShowPage(w http.ResponseWriter, r *http.Request) {
@@ -475,6 +498,7 @@ func (d *Dashboard) dlqShowPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data.Doc = indentJSON(deadletter.Doc(m))
+	data.Error = d.deadError(m, true)
 	d.render(w, r, http.StatusOK, page{Title: "Dead letter " + id, Nav: "dlq", Template: "dlqshow", Data: data})
 }
 
@@ -605,7 +629,9 @@ func (d *Dashboard) workerAction(w http.ResponseWriter, r *http.Request) {
 		}
 		args["task_name"], args["rate_limit"] = task, rate
 	}
-	o := worker.ControlOptions{Destination: []string{host}, Limit: 1, Timeout: d.o.ControlTimeout}
+	// One named worker: the call returns at its reply, so a busy worker
+	// may take longer than a broadcast's collection time.
+	o := worker.ControlOptions{Destination: []string{host}, Limit: 1, Timeout: max(d.o.ControlTimeout, 5*time.Second)}
 	if op == "shutdown" {
 		if err := d.o.Control.Cast(r.Context(), method, args, o); err != nil {
 			done(w, r, "/workers", "shutdown: "+err.Error())
