@@ -36,6 +36,10 @@
 // timeout, a serialization failure) is retried with backoff until the
 // caller's context ends, so the caller's budget bounds the retries; a
 // write that is given up is logged and counted ([Backend.Stats]).
+// Concurrent stores are committed together: one transaction (one round trip
+// and one WAL flush) for up to 64, each transaction under the statement
+// timeout; a store waits in the queue as long as its caller allows, so a
+// slow database is not sent copies of stores still waiting their turn.
 //
 // # Chords
 //

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -411,7 +412,34 @@ func (d *Dashboard) deadStore() (transport.DeadLetterStore, error) {
 	if !ok {
 		return nil, fmt.Errorf("the %s transport keeps no dead letters", d.o.BrokerScheme)
 	}
-	return s, nil
+	return serialDead{s, &d.deadMu}, nil
+}
+
+// serialDead runs one dead-letter operation at a time. On RabbitMQ a
+// listing takes each dead letter off its queue and puts it back, so two
+// listings at once (a page and its live refresh) would each miss what the
+// other holds.
+type serialDead struct {
+	s  transport.DeadLetterStore
+	mu *sync.Mutex
+}
+
+func (s serialDead) DeadLetters(ctx context.Context, queue string, limit int) ([]transport.DeadMessage, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.s.DeadLetters(ctx, queue, limit)
+}
+
+func (s serialDead) Replay(ctx context.Context, queue string, ids []string, opts transport.ReplayOptions) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.s.Replay(ctx, queue, ids, opts)
+}
+
+func (s serialDead) PurgeDead(ctx context.Context, queue string, ids []string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.s.PurgeDead(ctx, queue, ids)
 }
 
 func (d *Dashboard) dlqPage(w http.ResponseWriter, r *http.Request) {
@@ -817,9 +845,9 @@ func (d *Dashboard) sse(w http.ResponseWriter, r *http.Request) {
 			}
 			fl.Flush()
 		case <-ch:
-			var v uint64
-			ch, v = d.store.Changed()
-			if _, err := fmt.Fprintf(w, "event: change\ndata: %d\n\n", v); err != nil {
+			ch, _ = d.store.Changed()
+			st := d.store.Stats()
+			if _, err := fmt.Fprintf(w, "event: change\ndata: {\"version\":%d,\"tasks\":%d,\"workers\":%d}\n\n", st.Version, st.Tasks, st.Workers); err != nil {
 				return
 			}
 			fl.Flush()
