@@ -69,6 +69,7 @@ type dashEnv struct {
 	broker    string
 	backend   string
 	q, goQ    string // shared queue, the Go worker's own queue
+	pyQ       string // the Python worker's own queue
 	dlx       string // RabbitMQ: goQ's dead-letter exchange
 	goNode    string
 	pyNode    string
@@ -242,7 +243,7 @@ func TestDashboardBrowser(t *testing.T) {
 	for _, broker := range []string{"redis", "rabbitmq"} {
 		t.Run(broker, func(t *testing.T) {
 			r := cliRand()
-			e := &dashEnv{t: t, q: "it_dash_" + r, goQ: "it_dash_go_" + r,
+			e := &dashEnv{t: t, q: "it_dash_" + r, goQ: "it_dash_go_" + r, pyQ: "it_dash_py_" + r,
 				goNode: "it-dash-go-" + r + "@celeriac", pyNode: "it-dash-py-" + r + "@celeriac",
 				brokenDir: t.TempDir(), shots: artifactDir(t, "dashboard-"+broker)}
 			switch broker {
@@ -254,11 +255,11 @@ func TestDashboardBrowser(t *testing.T) {
 				e.dlx = e.goQ + ".dlx"
 			}
 			bc := brokerCase{broker, e.broker, e.backend}
-			t.Cleanup(func() { deleteQueue(t, bc, e.q); deleteQueue(t, bc, e.goQ) })
+			t.Cleanup(func() { deleteQueue(t, bc, e.q); deleteQueue(t, bc, e.goQ); deleteQueue(t, bc, e.pyQ) })
 			e.pyEnv = map[string]string{"IT_BROKER": e.broker, "IT_BACKEND": e.backend, "IT_QUEUE": e.q}
 			e.startGoWorker()
 			// No -E: the dashboard turns task events on (enable_events).
-			startPythonWorker(t, e.pyEnv, "it_cli_app", "-Q", e.q, "-n", e.pyNode, "-c", "2", "--without-mingle", "--without-gossip")
+			startPythonWorker(t, e.pyEnv, "it_cli_app", "-Q", e.q+","+e.pyQ, "-n", e.pyNode, "-c", "2", "--without-mingle", "--without-gossip")
 			port := freePort(t)
 			startProc(t, "celeriac dashboard", "./cmd/celeriac", procOptions{Ready: "dashboard ready", Stop: syscall.SIGTERM},
 				"-b", e.broker, "--result-backend", e.backend, "dashboard", "--listen", fmt.Sprintf("127.0.0.1:%d", port),
@@ -386,23 +387,33 @@ func testDashboardInBrowser(t *testing.T, e *dashEnv, chromium string) {
 		t.Errorf("%d dead letters after the purge", n)
 	}
 
-	// Revoke from the UI stops a countdown task.
+	// Revoke from the UI stops a countdown task, held by the Python worker
+	// (its own queue) and by the celeriac worker (its own queue).
 	sentAt := time.Now()
-	cid := e.send("tasks.add", []any{40, 2}, 6, e.q)
-	e.nav("/task/" + cid)
-	e.waitJS("the countdown task is received", `['RECEIVED','PENDING'].includes((document.getElementById('task-state')||{}).textContent) && !!document.getElementById('revoke')`)
-	e.click(`#revoke`)
-	e.waitJS("revoke sent", `(document.getElementById('flash')||{}).textContent?.startsWith('revoke '+`+jsq(cid)+`) === true`)
-	e.waitJS("the task is revoked when due", `(document.getElementById('task-state')||{}).textContent === 'REVOKED'`)
-	e.shot("task-revoked")
-	// Past its countdown the task has not run.
-	time.Sleep(time.Until(sentAt.Add(8 * time.Second)))
-	e.nav("/task/" + cid)
-	if st := e.text("#task-state"); st != "REVOKED" {
-		t.Errorf("countdown task %s after its countdown", st)
+	revoked := []string{e.send("tasks.add", []any{40, 2}, 8, e.pyQ), e.send("tasks.add", []any{40, 3}, 8, e.goQ)}
+	for _, cid := range revoked {
+		e.nav("/task/" + cid)
+		e.waitJS("the countdown task is received", `['RECEIVED','PENDING'].includes((document.getElementById('task-state')||{}).textContent) && !!document.getElementById('revoke')`)
+		e.click(`#revoke`)
+		e.waitJS("revoke sent", `(document.getElementById('flash')||{}).textContent?.startsWith('revoke '+`+jsq(cid)+`) === true`)
 	}
-	if res := cliResultOf(t, brokerCase{"", e.broker, e.backend}, cid); res != nil && res.Status == "SUCCESS" {
-		t.Errorf("the revoked task ran: %+v", res)
+	for i, cid := range revoked {
+		e.nav("/task/" + cid)
+		e.waitJS("the task is revoked when due", `(document.getElementById('task-state')||{}).textContent === 'REVOKED'`)
+		if i == 0 {
+			e.shot("task-revoked")
+		}
+	}
+	// Past their countdown the tasks have not run.
+	time.Sleep(time.Until(sentAt.Add(10 * time.Second)))
+	for _, cid := range revoked {
+		e.nav("/task/" + cid)
+		if st, w := e.text("#task-state"), e.text("#task-worker"); st != "REVOKED" {
+			t.Errorf("countdown task on %s: %s after its countdown", w, st)
+		}
+		if res := cliResultOf(t, brokerCase{"", e.broker, e.backend}, cid); res != nil && res.Status == "SUCCESS" {
+			t.Errorf("the revoked task ran: %+v", res)
+		}
 	}
 
 	// The other pages render (and are kept as screenshots).
