@@ -58,6 +58,12 @@ type fltWorkerConfig struct {
 	QueueArguments    map[string]map[string]any `json:"queue_arguments"`
 	// CAFile is a PEM CA bundle trusted for amqps:// and rediss://.
 	CAFile string `json:"ca_file"`
+	// MasterName is the Sentinel master group of sentinel:// broker and
+	// backend URLs; WaitReplicas is transport/redis.Config.WaitReplicas
+	// (and the backend's).
+	MasterName       string `json:"master_name"`
+	SentinelPassword string `json:"sentinel_password"`
+	WaitReplicas     int    `json:"wait_replicas"`
 }
 
 // recordScript is flt.record's effect: the delivery is counted (and the
@@ -134,10 +140,11 @@ func runFltWorker(c fltWorkerConfig) error {
 
 	var tr transport.Transport
 	switch connect.Scheme(c.Broker) {
-	case "redis", "rediss":
+	case "redis", "rediss", "sentinel":
 		rc := redistransport.Config{
 			URL: c.Broker, ClientName: c.Name, TLSConfig: tlsConf, Logger: log,
 			VisibilityTimeout: seconds(c.VisibilityTimeout),
+			MasterName:        c.MasterName, SentinelPassword: c.SentinelPassword, WaitReplicas: c.WaitReplicas,
 		}
 		if c.RestoreInterval > 0 {
 			rc.RestoreInterval, rc.RestoreThrottle = seconds(c.RestoreInterval), 1
@@ -154,7 +161,8 @@ func runFltWorker(c fltWorkerConfig) error {
 	defer tr.Close()
 	var be backend.Backend
 	if c.Backend != "" {
-		rb, err := redisbackend.New(redisbackend.Config{URL: c.Backend, TLSConfig: tlsConf, Logger: log})
+		rb, err := redisbackend.New(redisbackend.Config{URL: c.Backend, TLSConfig: tlsConf, Logger: log,
+			MasterName: c.MasterName, SentinelPassword: c.SentinelPassword, WaitReplicas: c.WaitReplicas})
 		if err != nil {
 			return fmt.Errorf("backend %s: %w", connect.Redact(c.Backend), err)
 		}
@@ -236,7 +244,18 @@ func runFltWorker(c fltWorkerConfig) error {
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
-	log.Info("flt worker exiting", zap.Error(err))
+	// What WAIT did not see replicated, for the fault runs' counts.
+	fields := []zap.Field{zap.Error(err)}
+	if u, ok := tr.(interface{ Unreplicated() int64 }); ok {
+		fields = append(fields, zap.Int64("broker_unreplicated", u.Unreplicated()))
+	}
+	if u, ok := be.(interface{ Unreplicated() int64 }); ok {
+		fields = append(fields, zap.Int64("backend_unreplicated", u.Unreplicated()))
+	}
+	if f, ok := tr.(interface{ Failovers() int64 }); ok {
+		fields = append(fields, zap.Int64("failovers", f.Failovers()))
+	}
+	log.Info("flt worker exiting", fields...)
 	return err
 }
 

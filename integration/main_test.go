@@ -14,6 +14,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	stopContainers()
+	stopTopologies()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: goroutines outlived the tests: %v\n", err)

@@ -93,6 +93,16 @@ type Config struct {
 	// each Store then does its own round trip from the caller's goroutine,
 	// under the caller's context.
 	MaxBatch int
+	// WaitReplicas, when positive, makes every result write wait (Redis
+	// WAIT) until that many replicas have it, for up to WaitTimeout
+	// (default 1 s). Redis replicates asynchronously: a result the master
+	// acknowledged can be lost when a Sentinel failover promotes a replica
+	// that had not received it. A write not replicated in time is still
+	// stored on the master; it is logged at warn level and counted
+	// (Unreplicated), so that no loss goes unseen. Each write batch costs
+	// one more round trip, and one replica's acknowledgement.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 	// Logger receives debug and warning logs. Nil means no logging.
 	Logger *zap.Logger
 }
@@ -110,6 +120,8 @@ type settings struct {
 	// globalPrefix is GlobalKeyPrefix as Celery normalises it ("" or ending
 	// in one of ":_-."), for celeriac's own keys.
 	globalPrefix string
+	waitReplicas int
+	waitTimeout  time.Duration
 }
 
 func (c *Config) settings() (settings, error) {
@@ -149,6 +161,13 @@ func (c *Config) settings() (settings, error) {
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
+	}
+	if c.WaitReplicas < 0 || c.WaitTimeout < 0 {
+		return s, errors.New("redis backend: negative WaitReplicas or WaitTimeout")
+	}
+	s.waitReplicas, s.waitTimeout = c.WaitReplicas, c.WaitTimeout
+	if s.waitReplicas > 0 && s.waitTimeout == 0 {
+		s.waitTimeout = time.Second
 	}
 	return s, nil
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -26,6 +28,9 @@ var (
 type Backend struct {
 	client *goredis.Client
 	s      settings
+	// unreplicated counts result writes WAIT did not see replicated.
+	unreplicated        atomic.Int64
+	lastUnreplicatedLog atomic.Int64 // unix ns
 
 	storeScript *goredis.Script
 	chordScript *goredis.Script
@@ -183,6 +188,50 @@ func (b *Backend) Get(ctx context.Context, taskID string) (*protocol.ResultMeta,
 	return m, nil
 }
 
+// Wait blocks until the task reaches a ready state (SUCCESS, FAILURE,
+// REVOKED) and returns it, as AsyncResult.get() does on Celery's Redis
+// backend: it subscribes to the result's channel, on which every store
+// PUBLISHes the document, then reads the key once, so that a result stored
+// before the subscription is not missed. It never polls: it wakes on the
+// PUBLISH. A cancelled ctx ends the wait.
+func (b *Backend) Wait(ctx context.Context, taskID string) (*protocol.ResultMeta, error) {
+	if err := b.enter(); err != nil {
+		return nil, err
+	}
+	defer b.inflight.Done()
+	key := b.TaskKey(taskID)
+	sub := b.client.Subscribe(ctx, key)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		return nil, fmt.Errorf("redis backend: subscribe to %s: %w", key, err)
+	}
+	m, err := b.Get(ctx, taskID)
+	switch {
+	case err == nil && m.Status.Ready():
+		return m, nil
+	case err != nil && !errors.Is(err, backend.ErrNotFound):
+		return nil, err
+	}
+	msgs := sub.Channel()
+	for {
+		select {
+		case msg, ok := <-msgs:
+			if !ok {
+				return nil, fmt.Errorf("redis backend: wait for %s: subscription closed", taskID)
+			}
+			m, err := protocol.DecodeResult([]byte(msg.Payload), b.s.contentType, protocol.DecodeOptions{MaxBodySize: maxValueSize})
+			if err != nil {
+				return nil, fmt.Errorf("redis backend: decode result of %s: %w", taskID, err)
+			}
+			if m.Status.Ready() {
+				return m, nil
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
 // Close waits for calls in progress and for stores still queued, then
 // closes the connections. Later calls, including Close, return ErrClosed.
 func (b *Backend) Close() error {
@@ -310,15 +359,27 @@ func (b *Backend) runStores(ctx context.Context, batch []*storeOp, eval bool) ([
 		keys[i] = op.key
 		args = append(args, op.value)
 	}
+	// WAIT covers the writes of the connection it runs on: with
+	// WaitReplicas the batch takes one connection for both.
+	var sc goredis.Scripter = b.client
+	var cn *goredis.Conn
+	if b.s.waitReplicas > 0 {
+		cn = b.client.Conn()
+		defer cn.Close()
+		sc = cn
+	}
 	var cmd *goredis.Cmd
 	if eval {
-		cmd = b.storeScript.Eval(ctx, b.client, keys, args...)
+		cmd = b.storeScript.Eval(ctx, sc, keys, args...)
 	} else {
-		cmd = b.storeScript.EvalSha(ctx, b.client, keys, args...)
+		cmd = b.storeScript.EvalSha(ctx, sc, keys, args...)
 	}
 	res, err := cmd.Slice()
 	if err != nil {
 		return nil, err
+	}
+	if cn != nil {
+		b.waitReplicated(ctx, cn, len(batch))
 	}
 	if len(res) != len(batch) {
 		return nil, fmt.Errorf("store script answered %d results for %d stores", len(res), len(batch))
@@ -332,6 +393,32 @@ func (b *Backend) runStores(ctx context.Context, batch []*storeOp, eval bool) ([
 	}
 	return res, nil
 }
+
+// waitReplicated runs WAIT on cn after n result writes, and logs and
+// counts them when fewer replicas than WaitReplicas acknowledged them in
+// time: a failover now would lose them.
+func (b *Backend) waitReplicated(ctx context.Context, cn *goredis.Conn, n int) {
+	got, err := cn.Wait(ctx, b.s.waitReplicas, b.s.waitTimeout).Result()
+	if err == nil && got >= int64(b.s.waitReplicas) {
+		return
+	}
+	total := b.unreplicated.Add(int64(n))
+	// One line per 5 s at most: a replica that is down would otherwise log
+	// every batch; the count says how many went unreplicated.
+	now := time.Now().UnixNano()
+	last := b.lastUnreplicatedLog.Load()
+	if now-last < int64(5*time.Second) || !b.lastUnreplicatedLog.CompareAndSwap(last, now) {
+		return
+	}
+	b.s.log.Warn("redis backend: results not replicated in time; a failover now would lose them",
+		zap.Int("results", n), zap.Int64("replicas", got), zap.Int("want_replicas", b.s.waitReplicas),
+		zap.Duration("wait_timeout", b.s.waitTimeout), zap.Int64("unreplicated_total", total), zap.Error(err))
+}
+
+// Unreplicated reports how many result writes were not acknowledged by
+// WaitReplicas replicas within WaitTimeout (always 0 without WaitReplicas),
+// for metrics.
+func (b *Backend) Unreplicated() int64 { return b.unreplicated.Load() }
 
 func isNoScript(err error) bool {
 	return err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT")

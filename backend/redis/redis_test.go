@@ -539,3 +539,41 @@ func TestChordSizeNotNumber(t *testing.T) {
 		t.Fatal("ChordPartReturn accepted a non-numeric chord size")
 	}
 }
+
+// TestWaitReplicas: with WaitReplicas the store waits for replicas with
+// WAIT; the test server has none, so every store is written on the master
+// but counted (and logged) as unreplicated. Without the option nothing is
+// counted.
+func TestWaitReplicas(t *testing.T) {
+	ctx := context.Background()
+	raw := rawClient(t)
+	if info, err := raw.Info(ctx, "replication").Result(); err != nil {
+		t.Fatal(err)
+	} else if !strings.Contains(info, "connected_slaves:0") {
+		t.Fatalf("the test server has replicas; this test needs none:\n%s", info)
+	}
+	for _, tc := range []struct {
+		name     string
+		replicas int
+		want     int64
+	}{{"off", 0, 0}, {"one replica wanted", 1, 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, _ := newTest(t, Config{WaitReplicas: tc.replicas, WaitTimeout: 20 * time.Millisecond, MaxBatch: 1})
+			for i := range 3 {
+				id := fmt.Sprintf("wait-%d", i)
+				if err := b.Store(ctx, backend.StoreRequest{Meta: &protocol.ResultMeta{TaskID: id, Status: protocol.StateSuccess, Result: i}}); err != nil {
+					t.Fatal(err)
+				}
+				if m, err := b.Get(ctx, id); err != nil || m.Status != protocol.StateSuccess {
+					t.Fatalf("Get(%s) = %+v, %v", id, m, err)
+				}
+			}
+			if got := b.Unreplicated(); got != tc.want {
+				t.Errorf("Unreplicated() = %d, want %d", got, tc.want)
+			}
+		})
+	}
+	if _, err := New(Config{WaitReplicas: -1}); err == nil {
+		t.Error("negative WaitReplicas accepted")
+	}
+}

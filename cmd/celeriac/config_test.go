@@ -423,6 +423,7 @@ func TestHASettings(t *testing.T) {
 		BackendSSL:       &connect.SSLOptions{KeyFile: "/rk.pem", CertFile: "/rc.pem", CACerts: "/rca.pem", CertReqs: "CERT_NONE"},
 		MasterName:       "bm", SentinelPassword: "bsp",
 		BackendMasterName: "rm", BackendSentinelPassword: "rsp",
+		WaitTimeout: time.Second,
 	}
 	if diff := cmp.Diff(want, o, cmpopts.IgnoreFields(connect.Options{}, "Logger", "ConnectionName")); diff != "" {
 		t.Errorf("options (-want +got):\n%s", diff)

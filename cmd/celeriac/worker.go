@@ -72,6 +72,8 @@ type workerFlags struct {
 	globalRateLimits   []string
 	globalRateBurst    int
 	rateLimitURL       string
+	waitReplicas       int
+	waitTimeout        time.Duration
 	cpuProfile         string
 	memProfile         string
 }
@@ -138,6 +140,8 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	_ = fl.MarkHidden("cpu-profile")
 	fl.StringVar(&f.memProfile, "mem-profile", "", "write a Go allocation profile to this file at exit")
 	_ = fl.MarkHidden("mem-profile")
+	fl.IntVar(&f.waitReplicas, "wait-replicas", 0, "Redis: wait (WAIT) until this many replicas have each ack, publish and result write; unreplicated ones are logged and counted")
+	fl.DurationVar(&f.waitTimeout, "wait-timeout", time.Second, "how long --wait-replicas waits")
 	fl.StringVar(&f.rateLimitURL, "rate-limit-url", "", "Redis for --global-rate-limit (default $CELERIAC_RATE_LIMIT_URL, else the result backend when it is Redis)")
 }
 
@@ -255,6 +259,10 @@ func workerSetup(fl *pflag.FlagSet, g *globalFlags, f *workerFlags) (worker.Conf
 	if f.rateLimitURL != "" {
 		o.RateLimitURL = f.rateLimitURL
 	}
+	if f.waitReplicas < 0 {
+		return cfg, connect.Options{}, usagef("--wait-replicas must not be negative")
+	}
+	o.WaitReplicas, o.WaitTimeout = f.waitReplicas, f.waitTimeout
 	if cfg.QueueOrder == worker.QueueOrderStrict && o.QueueOrderStrategy == "" {
 		o.QueueOrderStrategy = "priority" // Redis pops in -Q order too
 	}
@@ -403,6 +411,7 @@ func runWorker(cmd *cobra.Command, g *globalFlags, f *workerFlags) error {
 	if metrics != nil {
 		metrics.Watch(w)
 		metrics.WatchBroker(conn.Transport)
+		metrics.WatchBackend(conn.Backend)
 		srv := &http.Server{Handler: metrics.Handler(func(ctx context.Context) error {
 			return ping(ctx, conn)
 		}), ReadHeaderTimeout: 5 * time.Second}

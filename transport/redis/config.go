@@ -145,6 +145,18 @@ type Config struct {
 	ReconnectMin time.Duration
 	ReconnectMax time.Duration
 
+	// WaitReplicas, when positive, makes every ack batch and every publish
+	// wait (Redis WAIT) until that many replicas have its writes, for up to
+	// WaitTimeout (default 1 s). Redis replicates asynchronously, so a
+	// Sentinel failover can lose what the old master acknowledged: an ack
+	// (the message then runs again) or a message this transport published
+	// (a retry, a chained task: lost). A write not replicated in time is
+	// still on the master; it is logged at warn level and counted
+	// (Unreplicated). Python producers have no such option: what they
+	// published just before a failover can be lost, and no worker sees it.
+	WaitReplicas int
+	WaitTimeout  time.Duration
+
 	// Decode bounds what envelopes are accepted (protocol.DecodeOptions).
 	Decode protocol.DecodeOptions
 
@@ -199,6 +211,7 @@ func (c Config) withDefaults() Config {
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
 	}
+	defDur(&c.WaitTimeout, time.Second)
 	defDur(&c.ReconnectMin, 50*time.Millisecond)
 	defDur(&c.ReconnectMax, 5*time.Second)
 	if c.PrioritySteps == nil {
@@ -253,6 +266,9 @@ func (c Config) Validate() error {
 	}
 	if c.RestoreInterval < 0 || c.RestoreThrottle < 1 {
 		return errors.New("redis: RestoreInterval must be positive and RestoreThrottle at least 1")
+	}
+	if c.WaitReplicas < 0 || c.WaitTimeout < 0 {
+		return errors.New("redis: negative WaitReplicas or WaitTimeout")
 	}
 	if c.ReconnectMin <= 0 || c.ReconnectMax < c.ReconnectMin {
 		return errors.New("redis: ReconnectMin must be positive and not above ReconnectMax")

@@ -957,10 +957,20 @@ func (a *acker) flush(b *ackBatch, stop <-chan struct{}) {
 	a.finish(b, err)
 }
 
-// write is one attempt: ZREM + HDEL of the batch's tags in one MULTI/EXEC.
+// write is one attempt: ZREM + HDEL of the batch's tags in one MULTI/EXEC,
+// then WAIT on the same connection with Config.WaitReplicas.
 func (a *acker) write(b *ackBatch) error {
 	ctx := context.Background()
-	_, err := a.t.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+	var tx interface {
+		TxPipelined(context.Context, func(goredis.Pipeliner) error) ([]goredis.Cmder, error)
+	} = a.t.rdb
+	var cn *goredis.Conn
+	if a.t.cfg.WaitReplicas > 0 {
+		cn = a.t.rdb.Conn()
+		defer cn.Close()
+		tx = cn
+	}
+	_, err := tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 		for i := 0; i < len(b.tags); i += 1000 {
 			chunk := b.tags[i:min(i+1000, len(b.tags))]
 			members := make([]any, len(chunk))
@@ -972,6 +982,9 @@ func (a *acker) write(b *ackBatch) error {
 		}
 		return nil
 	})
+	if err == nil && cn != nil {
+		a.t.waitReplicated(ctx, cn, "acks", len(b.tags))
+	}
 	return err
 }
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func TestParseURL(t *testing.T) {
@@ -305,5 +307,26 @@ func TestSweepPeriod(t *testing.T) {
 				t.Errorf("SweepPeriod() = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestConnWatchNodes: a new connection to another address than the last
+// one is a failover, counted and logged; reconnecting to the same server is
+// not.
+func TestConnWatchNodes(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	w := &connWatch{log: zap.New(core)}
+	for _, addr := range []string{"10.0.0.1:6379", "10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.2:6379", "10.0.0.1:6379"} {
+		w.sawNode(addr)
+	}
+	if got := w.failovers.Load(); got != 2 {
+		t.Errorf("failovers = %d, want 2", got)
+	}
+	if got := w.current(); got != "10.0.0.1:6379" {
+		t.Errorf("current() = %q", got)
+	}
+	entries := logs.FilterMessageSnippet("the master changed").All()
+	if len(entries) != 2 || entries[0].ContextMap()["from"] != "10.0.0.1:6379" || entries[0].ContextMap()["to"] != "10.0.0.2:6379" {
+		t.Errorf("failover log lines: %+v", entries)
 	}
 }

@@ -47,8 +47,10 @@ var (
 // Transport is a kombu-compatible Redis transport. It is safe for concurrent
 // use. See the package documentation for the keys it uses.
 type Transport struct {
-	// reconnects counts recoveries of the consumer after broker errors.
-	reconnects atomic.Int64
+	// unreplicated counts the writes WAIT did not see replicated.
+	unreplicated        atomic.Int64
+	lastUnreplicatedLog atomic.Int64 // unix ns
+	watch               *connWatch
 
 	cfg    Config
 	log    *zap.Logger
@@ -123,12 +125,16 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 			DisableIdentity: true,
 		})
 	}
+	// Watched from the first connection on, so that Node is known at once.
+	watch := &connWatch{log: cfg.Logger}
+	rdb.AddHook(watch)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("redis: connect %s: %w", strings.Join(ep.Addrs, ","), err)
 	}
 	t := &Transport{
 		cfg:              cfg,
+		watch:            watch,
 		log:              cfg.Logger,
 		rdb:              rdb,
 		ep:               ep,
@@ -146,7 +152,6 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 		errLimiter:       logLimiter{every: 5 * time.Second},
 		bgErrLimits:      logLimiter{every: 5 * time.Second},
 	}
-	rdb.AddHook(&connWatch{reconnects: &t.reconnects})
 	t.rpopCount = serverAtLeast(ctx, rdb, 6, 2)
 	t.acker = newAcker(t)
 	t.wg.Go(func() {
@@ -258,7 +263,7 @@ func (t *Transport) isFanout(exchange, typ string) bool {
 // delivery tag. A message no binding matches goes nowhere, as in kombu and
 // AMQP (it is logged at debug level). Publish returns transport.ErrClosed
 // after Close.
-func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error {
+func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) (err error) {
 	if t.isClosed() {
 		return transport.ErrClosed
 	}
@@ -277,17 +282,30 @@ func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error 
 	}
 	prio := clampPriority(p.Message.Properties.Priority)
 	routed := int64(1)
+	// WAIT covers the writes of the connection it runs on.
+	rdb := goredis.Cmdable(t.rdb)
+	var sc goredis.Scripter = t.rdb
+	if t.cfg.WaitReplicas > 0 {
+		cn := t.rdb.Conn()
+		defer cn.Close()
+		rdb, sc = cn, cn
+		defer func() {
+			if err == nil {
+				t.waitReplicated(ctx, cn, "publishes", 1)
+			}
+		}()
+	}
 	switch {
 	case p.Exchange == "":
-		err = t.rdb.LPush(ctx, t.keys.list(p.RoutingKey, prio), data).Err()
+		err = rdb.LPush(ctx, t.keys.list(p.RoutingKey, prio), data).Err()
 	case t.isFanout(p.Exchange, p.ExchangeType):
-		err = t.rdb.Publish(ctx, t.keys.publishChannel(p.Exchange, p.RoutingKey), data).Err()
+		err = rdb.Publish(ctx, t.keys.publishChannel(p.Exchange, p.RoutingKey), data).Err()
 	case p.ExchangeType == transport.Topic:
 		var queues []string
 		queues, err = t.lookup(ctx, p.Exchange, p.RoutingKey, true)
 		if err == nil {
 			routed = int64(len(queues))
-			_, err = t.rdb.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
+			_, err = rdb.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
 				for _, q := range queues {
 					pipe.LPush(ctx, t.keys.list(q, prio), data)
 				}
@@ -300,7 +318,7 @@ func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error 
 		if b := t.keys.band(prio); b != 0 {
 			suffix = t.keys.sep + strconv.Itoa(b)
 		}
-		routed, err = t.scrPublishDirect.Run(ctx, t.rdb, []string{t.keys.binding(p.Exchange)},
+		routed, err = t.scrPublishDirect.Run(ctx, sc, []string{t.keys.binding(p.Exchange)},
 			p.RoutingKey, t.keys.sep, data, t.keys.prefix, suffix).Int64()
 	}
 	if err != nil {
@@ -571,4 +589,4 @@ func isRetryable(err error) bool {
 // Reconnects reports how many times a connection to Redis was dialed again
 // after one was lost (killed, Redis restarted, network dropped), for
 // metrics.
-func (t *Transport) Reconnects() int64 { return t.reconnects.Load() }
+func (t *Transport) Reconnects() int64 { return t.watch.reconnects.Load() }

@@ -857,3 +857,48 @@ func TestIdleWaitPopsAtomically(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitReplicas: with WaitReplicas, publishes and acks are followed by
+// WAIT; the test server has no replica, so each is written but counted as
+// unreplicated. Node names the server.
+func TestWaitReplicas(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if info, err := e.raw.Info(ctx, "replication").Result(); err != nil {
+		t.Fatal(err)
+	} else if !strings.Contains(info, "connected_slaves:0") {
+		t.Fatalf("the test server has replicas; this test needs none")
+	}
+	cfg := e.config()
+	cfg.WaitReplicas, cfg.WaitTimeout = 1, 20*time.Millisecond
+	tr := e.dial(cfg)
+	q := "wait_" + randHex(3)
+	for i := range 3 {
+		if err := tr.Publish(ctx, &transport.Publishing{RoutingKey: q, Message: protocol.Message{
+			Headers: map[string]any{"id": fmt.Sprint(i), "task": "t"}, Body: []byte("[]"),
+			ContentType: "application/json", ContentEncoding: "utf-8"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := tr.Consume(ctx, []transport.Queue{{Name: q}}, transport.ConsumeOptions{Prefetch: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		d := receive(t, c.Deliveries())
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = c.Stop(ctx)
+	if n, err := e.raw.HLen(ctx, e.key("unacked")).Result(); err != nil || n != 0 {
+		t.Errorf("unacked holds %d entries (%v): the acks were not written", n, err)
+	}
+	// 3 publishes and 3 acks (in one to three batches).
+	if got := tr.Unreplicated(); got != 6 {
+		t.Errorf("Unreplicated() = %d, want 6", got)
+	}
+	if tr.Node() == "" || tr.Failovers() != 0 {
+		t.Errorf("Node() = %q, Failovers() = %d; want the server and 0", tr.Node(), tr.Failovers())
+	}
+}

@@ -52,6 +52,7 @@ import (
 	redisbackend "github.com/celeriac/celeriac/backend/redis"
 	"github.com/celeriac/celeriac/backend/rpc"
 	sqlbackend "github.com/celeriac/celeriac/backend/sql"
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 	amqptransport "github.com/celeriac/celeriac/transport/amqp"
@@ -136,6 +137,13 @@ type Options struct {
 	SentinelPassword        string
 	BackendMasterName       string
 	BackendSentinelPassword string
+	// WaitReplicas, when positive, makes Redis acks, publishes and result
+	// writes wait (WAIT) until that many replicas have them, for up to
+	// WaitTimeout (default 1 s); what is not replicated in time is logged
+	// and counted (see transport/redis.Config.WaitReplicas). celeriac's own
+	// setting; Celery has none.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 	// ConnectionName names the AMQP connection and Redis clients, for
 	// rabbitmqctl and CLIENT LIST.
 	ConnectionName string
@@ -351,6 +359,7 @@ func openBroker(ctx context.Context, o Options) (transport.Transport, string, er
 			VisibilityTimeout: o.VisibilityTimeout, GlobalKeyPrefix: o.GlobalKeyPrefix,
 			QueueOrderStrategy: o.QueueOrderStrategy,
 			MasterName:         o.MasterName, SentinelPassword: o.SentinelPassword,
+			WaitReplicas: o.WaitReplicas, WaitTimeout: o.WaitTimeout,
 		})
 		if err != nil {
 			return nil, "", fmt.Errorf("connect: broker %s: %w", Redact(raw), err)
@@ -392,6 +401,7 @@ func openBackend(ctx context.Context, o Options, tr transport.Transport) (backen
 			URL: raw, TLSConfig: tlsConf, ResultExpires: o.ResultExpires,
 			Serializer: serializer, Logger: o.Logger,
 			MasterName: o.BackendMasterName, SentinelPassword: o.BackendSentinelPassword,
+			WaitReplicas: o.WaitReplicas, WaitTimeout: o.WaitTimeout,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("connect: result backend %s: %w", Redact(raw), err)
@@ -473,31 +483,12 @@ func Redact(raw string) string {
 	return strings.Join(parts, ";")
 }
 
-// Wait polls the backend until the task is ready (SUCCESS, FAILURE or
-// REVOKED), like AsyncResult.get() without raising. Backends with a native
-// Wait (backend/memory) are waited on directly.
+// Wait waits until the task is ready (SUCCESS, FAILURE or REVOKED), like
+// AsyncResult.get() without raising: client.Wait, which uses a backend's own
+// Wait (backend/memory; backend/redis wakes on the result's PUBLISH) and
+// polls the others.
 func Wait(ctx context.Context, be backend.Backend, taskID string) (*protocol.ResultMeta, error) {
-	if w, ok := be.(interface {
-		Wait(context.Context, string) (*protocol.ResultMeta, error)
-	}); ok {
-		return w.Wait(ctx, taskID)
-	}
-	delay := 2 * time.Millisecond
-	for {
-		m, err := be.Get(ctx, taskID)
-		switch {
-		case err == nil && m.Status.Ready():
-			return m, nil
-		case err != nil && !errors.Is(err, backend.ErrNotFound):
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, 200*time.Millisecond)
-	}
+	return client.Wait(ctx, be, taskID)
 }
 
 // delayedMode reads Options.DelayedDelivery.

@@ -107,6 +107,23 @@ func (m *Metrics) WatchBroker(tr any) {
 	if n, ok := tr.(interface{ Node() string }); ok {
 		m.reg.MustRegister(nodeCollector{node: n.Node})
 	}
+	m.watchUnreplicated(tr, "broker_unreplicated_writes_total",
+		"Broker writes (acks, publishes) not acknowledged by the wanted replicas in time (Redis WAIT): a failover would lose them.")
+}
+
+// WatchBackend adds celeriac_result_backend_unreplicated_writes_total for a
+// result backend that waits for replicas (backend/redis with
+// WaitReplicas).
+func (m *Metrics) WatchBackend(be any) {
+	m.watchUnreplicated(be, "result_backend_unreplicated_writes_total",
+		"Result writes not acknowledged by the wanted replicas in time (Redis WAIT): a failover would lose them.")
+}
+
+func (m *Metrics) watchUnreplicated(v any, name, help string) {
+	if u, ok := v.(interface{ Unreplicated() int64 }); ok {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help},
+			func() float64 { return float64(u.Unreplicated()) }))
+	}
 }
 
 // nodeCollector exports the broker node in use as a label, read at scrape

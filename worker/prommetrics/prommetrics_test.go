@@ -101,13 +101,16 @@ type fakeCluster struct {
 	node string
 }
 
-func (f *fakeCluster) Failovers() int64 { return 2 }
-func (f *fakeCluster) Node() string     { return f.node }
+func (f *fakeCluster) Failovers() int64    { return 2 }
+func (f *fakeCluster) Node() string        { return f.node }
+func (f *fakeCluster) Unreplicated() int64 { return 7 }
 
 func TestBrokerNode(t *testing.T) {
 	m := prommetrics.New(nil)
 	b := &fakeCluster{fakeBroker: fakeBroker{n: 5}, node: "amqp://guest:xxxxx@b:5672//"}
 	m.WatchBroker(b)
+	m.WatchBackend(b)
+	m.WatchBackend(struct{}{}) // nothing to count: ignored
 	srv := httptest.NewServer(m.Handler(nil))
 	defer srv.Close()
 	body := get(t, srv.URL+"/metrics")
@@ -115,6 +118,8 @@ func TestBrokerNode(t *testing.T) {
 		"celeriac_broker_reconnects_total 5",
 		"celeriac_broker_failovers_total 2",
 		`celeriac_broker_node{node="amqp://guest:xxxxx@b:5672//"} 1`,
+		"celeriac_broker_unreplicated_writes_total 7",
+		"celeriac_result_backend_unreplicated_writes_total 7",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("no %q in:\n%s", want, body)

@@ -10,11 +10,19 @@ Environment:
   IT_QUEUE_ARGS  JSON queue arguments (x-dead-letter-exchange on RabbitMQ), or empty
   IT_CA          CA bundle to verify an amqps:// or rediss:// broker with (optional)
   IT_SLEEP_MS    how long every task sleeps (default: 40 ms for every 25th, else 0)
+  IT_OFFSET      first key number (default 0): keys are k<OFFSET>..k<OFFSET+N-1>
+  IT_TRANSPORT_OPTIONS  JSON merged into broker_transport_options (master_name, ...)
+  IT_RATE        if set, publish at most this many tasks a second (so that
+                 publishing lasts through the faults of a run)
+  IT_RETRY       if set, a publish that raises is retried (up to 600 times,
+                 0.1 s apart), as a producer that must not drop tasks would
+                 do across a broker failover; retries are counted
 """
 import json
 import os
 import ssl
 import sys
+import time
 
 from celery import Celery
 from kombu import Exchange, Queue
@@ -38,6 +46,10 @@ if app.conf.broker_url.startswith(("amqp", "pyamqp")):
     # before its connection ended: the suite lost the last 200 tasks that
     # way until the publisher waited for confirms.
     app.conf.broker_transport_options = {"confirm_publish": True}
+extra = json.loads(os.environ.get("IT_TRANSPORT_OPTIONS") or "{}")
+if extra:
+    app.conf.broker_transport_options = {**(app.conf.broker_transport_options or {}), **extra}
+    app.conf.result_backend_transport_options = extra
 
 
 @app.task(name="flt.record", ignore_result=True)
@@ -45,16 +57,53 @@ def record(key, sleep_ms):
     raise NotImplementedError("flt.record runs in the Go worker")
 
 
+def reconnect():
+    """Drop every pooled connection, so that the next publish connects
+    afresh: after a Sentinel failover a kept connection to the demoted
+    master answers READONLY forever, and kombu resolves the master only
+    when it connects."""
+    from kombu import pools
+    try:
+        pools.reset()
+    except Exception:  # noqa: BLE001 - closing broken connections may fail
+        pass
+    app.amqp._producer_pool = None
+    app._pool = None
+
+
 def main():
     n = int(sys.argv[1])
+    offset = int(os.environ.get("IT_OFFSET") or "0")
+    retry = bool(os.environ.get("IT_RETRY"))
+    retries = 0
     sleep_ms = int(os.environ["IT_SLEEP_MS"]) if os.environ.get("IT_SLEEP_MS") else None
-    for i in range(n):
+    rate = float(os.environ.get("IT_RATE") or "0")
+    start = None  # set once the first publish has connected
+    for i in range(offset, offset + n):
+        if rate and start is not None:
+            ahead = start + (i - offset) / rate - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
         # Every 25th task sleeps, so that kills and SIGTERM find tasks running.
-        record.delay(f"k{i}", sleep_ms if sleep_ms is not None else (40 if i % 25 == 0 else 0))
-        if (i + 1) % 500 == 0 or i + 1 == n:
-            print(f"PUBLISHED {i + 1}", flush=True)
+        args = (f"k{i}", sleep_ms if sleep_ms is not None else (40 if i % 25 == 0 else 0))
+        for attempt in range(600):
+            try:
+                record.delay(*args)
+                break
+            except Exception as exc:  # noqa: BLE001 - any broker error during a failover
+                if not retry or attempt == 599:
+                    raise
+                retries += 1
+                print(f"RETRY {args[0]}: {type(exc).__name__}: {exc}", flush=True)
+                time.sleep(0.1)
+                reconnect()
+        if start is None:
+            start = time.monotonic()
+        done = i + 1 - offset
+        if done % 500 == 0 or done == n:
+            print(f"PUBLISHED {done}", flush=True)
     app.pool.force_close_all()
-    print("DONE", flush=True)
+    print(f"DONE retries={retries}", flush=True)
 
 
 if __name__ == "__main__":

@@ -667,6 +667,10 @@ func TestEventsStream(t *testing.T) {
 			break
 		}
 	}
+	// The event carries the counts the page header shows.
+	if line, _ := rd.ReadString('\n'); !strings.Contains(line, `"tasks":1`) {
+		t.Errorf("change event data %q", line)
+	}
 }
 
 // TestRunIngests: Run subscribes to the celeryev exchange, reads single
