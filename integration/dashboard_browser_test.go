@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"go.uber.org/zap"
@@ -425,6 +427,32 @@ func testDashboardInBrowser(t *testing.T, e *dashEnv, chromium string) {
 	e.shot("stats")
 	if n := e.dialogs.Load(); n != 0 {
 		t.Errorf("%d JavaScript dialogs opened", n)
+	}
+
+	// Reading works without JavaScript: a tab with scripts disabled gets
+	// the same stream, rendered by the server.
+	noJS, cancelNoJS := chromedp.NewContext(ctx)
+	defer cancelNoJS()
+	tctx, cancelT := context.WithTimeout(noJS, 60*time.Second)
+	defer cancelT()
+	err := chromedp.Do(tctx,
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := cdp.Call(ctx, tg, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
+			return err
+		}),
+		chromedp.Navigate(e.url+"/tasks?state=SUCCESS"))
+	var html string
+	if err == nil {
+		// With scripts on, the page says "live" within a moment (the
+		// other tab did); give it that moment to prove it stays static.
+		time.Sleep(2 * time.Second)
+		html, err = chromedp.Run(tctx, chromedp.OuterHTML(chromedp.CSS("body")))
+	}
+	if err != nil {
+		t.Fatalf("tab without JavaScript: %v", err)
+	}
+	if !strings.Contains(html, `data-task="`+id+`"`) || !strings.Contains(html, `<span id="live-state">static</span>`) {
+		t.Errorf("the tasks page without JavaScript:\n%s", html)
 	}
 }
 
