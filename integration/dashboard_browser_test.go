@@ -294,6 +294,13 @@ func testDashboardInBrowser(t *testing.T, e *dashEnv, chromium string) {
 		t.Fatalf("start chromium: %v", err)
 	}
 
+	// Before logging in, an action is refused (and the browser is sent
+	// no further than the refusal).
+	e.nav("/workers")
+	e.waitJS("a worker to act on", `!!document.querySelector('tr.worker button[value=shutdown]')`)
+	e.click(`tr.worker button[value=shutdown]`)
+	e.waitJS("refused without credentials", `(document.getElementById('denied')||{}).textContent?.startsWith('log in first') === true`)
+
 	// Log in with the token: actions need it.
 	e.nav("/login?back=/workers")
 	e.run(chromedp.SendKeys(chromedp.CSS(`input[name=token]`), "it-token"), chromedp.Submit(chromedp.CSS(`input[name=token]`)))
@@ -303,6 +310,12 @@ func testDashboardInBrowser(t *testing.T, e *dashEnv, chromium string) {
 		return !!g && !!p && g.textContent.includes('online') && p.textContent.includes('online') && g.textContent.includes('celeriac') && p.textContent.includes('py-celery') })()`,
 		jsq(e.goNode), jsq(e.pyNode)))
 	e.shot("workers")
+	// A form whose CSRF token was tampered with is refused.
+	e.waitJS("tamper with the CSRF token", fmt.Sprintf(`(() => { const f = document.querySelector('tr[data-worker=%s] form'); if (!f) return false;
+		f.querySelector('input[name=csrf]').value = '0'.repeat(64); f.querySelector('button[value=shutdown]').click(); return true })()`, jsq(e.goNode)))
+	e.waitJS("refused with a wrong CSRF token", `(document.getElementById('denied')||{}).textContent?.startsWith('missing or wrong CSRF token') === true`)
+	e.nav("/workers")
+	e.waitJS("the celeriac worker still online", fmt.Sprintf(`(document.querySelector('tr[data-worker=%s]')||{}).textContent?.includes('online') === true`, jsq(e.goNode)))
 	// Ping from the UI reaches the Python worker.
 	e.click(fmt.Sprintf(`tr[data-worker=%s] button[value=ping]`, jsq(e.pyNode)))
 	e.waitJS("ping reply", `(document.getElementById('flash')||{}).textContent?.includes('pong') === true`)
