@@ -278,7 +278,9 @@ func testDashboardInBrowser(t *testing.T, e *dashEnv, chromium string) {
 		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-quic", true), chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 900))
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 900),
+		// Chromium's own temporary files go where the test cleans up.
+		chromedp.Env("TMPDIR="+t.TempDir()))
 	defer cancelAlloc()
 	// Any alert() would be an escaping failure: dialogs are counted, and
 	// every wait fails once one opened.
