@@ -61,8 +61,9 @@ type fltWorkerConfig struct {
 	// MasterName is the Sentinel master group of sentinel:// broker and
 	// backend URLs; WaitReplicas is transport/redis.Config.WaitReplicas
 	// (and the backend's).
-	MasterName   string `json:"master_name"`
-	WaitReplicas int    `json:"wait_replicas"`
+	MasterName       string `json:"master_name"`
+	SentinelPassword string `json:"sentinel_password"`
+	WaitReplicas     int    `json:"wait_replicas"`
 }
 
 // recordScript is flt.record's effect: the delivery is counted (and the
@@ -143,7 +144,7 @@ func runFltWorker(c fltWorkerConfig) error {
 		rc := redistransport.Config{
 			URL: c.Broker, ClientName: c.Name, TLSConfig: tlsConf, Logger: log,
 			VisibilityTimeout: seconds(c.VisibilityTimeout),
-			MasterName:        c.MasterName, WaitReplicas: c.WaitReplicas,
+			MasterName:        c.MasterName, SentinelPassword: c.SentinelPassword, WaitReplicas: c.WaitReplicas,
 		}
 		if c.RestoreInterval > 0 {
 			rc.RestoreInterval, rc.RestoreThrottle = seconds(c.RestoreInterval), 1
@@ -161,7 +162,7 @@ func runFltWorker(c fltWorkerConfig) error {
 	var be backend.Backend
 	if c.Backend != "" {
 		rb, err := redisbackend.New(redisbackend.Config{URL: c.Backend, TLSConfig: tlsConf, Logger: log,
-			MasterName: c.MasterName, WaitReplicas: c.WaitReplicas})
+			MasterName: c.MasterName, SentinelPassword: c.SentinelPassword, WaitReplicas: c.WaitReplicas})
 		if err != nil {
 			return fmt.Errorf("backend %s: %w", connect.Redact(c.Backend), err)
 		}

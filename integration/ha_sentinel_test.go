@@ -59,20 +59,25 @@ func runSentinelFaults(t *testing.T, s *sentinelSet, n, minReplicas int, kill bo
 		t.Fatal(err)
 	}
 	for _, srv := range s.servers {
-		c := goredis.NewClient(&goredis.Options{Addr: srv.addr()})
+		c := goredis.NewClient(&goredis.Options{Addr: srv.addr(), Password: s.pass})
 		err := c.ConfigSet(ctx, "min-replicas-to-write", fmt.Sprint(minReplicas)).Err()
 		c.Close()
 		if err != nil {
 			t.Fatalf("CONFIG SET min-replicas-to-write on %s: %v", srv.addr(), err)
 		}
 	}
-	if err := s.waitSynced(ctx, master0, 30*time.Second); err != nil {
+	if err := s.waitSynced(ctx, master0, 60*time.Second); err != nil {
 		t.Fatal(err)
+	}
+	// Sentinel refuses to fail the same master over again within twice
+	// its failover-timeout (3 s here) of the last failover.
+	if wait := time.Until(s.lastFailover.Add(7 * time.Second)); wait > 0 {
+		time.Sleep(wait)
 	}
 
 	// The backend and the rate limiter, as a Go service would open them.
 	conn, err := connect.Open(ctx, connect.Options{BrokerURL: "memory://", ResultBackend: results,
-		BackendMasterName: s.name, RateLimitURL: s.url(2), MasterName: s.name, Logger: zap.NewNop()})
+		BackendMasterName: s.name, BackendSentinelPassword: s.spass, RateLimitURL: s.url(2), Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +87,10 @@ func runSentinelFaults(t *testing.T, s *sentinelSet, n, minReplicas int, kill bo
 		id := fmt.Sprintf("%s-%s", r.queue, strings.ReplaceAll(when, " ", "-"))
 		// The first command after a failover may meet a closed connection;
 		// what matters is that it works again without a restart.
+		// With min-replicas-to-write 1 the new master refuses writes until
+		// the old one is its replica, 10-20 s after a SENTINEL FAILOVER.
 		var err error
-		for attempt := 0; attempt < 50; attempt++ {
+		for attempt := 0; attempt < 600; attempt++ {
 			if err = conn.Backend.Store(ctx, backend.StoreRequest{Meta: &protocol.ResultMeta{TaskID: id, Status: protocol.StateSuccess, Result: when}}); err == nil {
 				var m *protocol.ResultMeta
 				if m, err = conn.Backend.Get(ctx, id); err == nil && m.Status == protocol.StateSuccess {
@@ -99,14 +106,14 @@ func runSentinelFaults(t *testing.T, s *sentinelSet, n, minReplicas int, kill bo
 	checkBackend("before the faults")
 
 	wcfg := func(name string) fltWorkerConfig {
-		return fltWorkerConfig{Broker: broker, Backend: results, MasterName: s.name, WaitReplicas: 1,
+		return fltWorkerConfig{Broker: broker, Backend: results, MasterName: s.name, SentinelPassword: s.spass, WaitReplicas: 1,
 			Effects: redisDBURL(t, fltEffectDB), Prefix: r.prefix, Queue: r.queue,
 			Name: r.queue + "-" + name, Hostname: name + "@" + r.queue, Concurrency: 4, VisibilityTimeout: vt}
 	}
 	r.sample()
 	a := startFltWorker(t, wcfg("a"))
 	b := startFltWorker(t, wcfg("b"))
-	topts, _ := json.Marshal(map[string]any{"master_name": s.name})
+	topts, _ := json.Marshal(map[string]any{"master_name": s.name, "sentinel_kwargs": map[string]any{"password": s.spass}})
 	const rate = 400
 	pub := startFltPublisher(t, n, map[string]string{"IT_BROKER": broker, "IT_QUEUE": r.queue,
 		"IT_TRANSPORT_OPTIONS": string(topts), "IT_RETRY": "1", "IT_RATE": fmt.Sprint(rate)})
@@ -118,7 +125,7 @@ func runSentinelFaults(t *testing.T, s *sentinelSet, n, minReplicas int, kill bo
 		t.Logf("python publisher output (last lines):\n%s", tail(pub.out.String(), 15))
 		pub.mu.Unlock()
 		for _, srv := range s.servers {
-			c := goredis.NewClient(&goredis.Options{Addr: srv.addr()})
+			c := goredis.NewClient(&goredis.Options{Addr: srv.addr(), Password: s.pass})
 			info, err := c.Info(context.Background(), "replication").Result()
 			ll, _ := c.LLen(context.Background(), r.queue).Result()
 			hl, _ := c.HLen(context.Background(), "unacked").Result()
@@ -141,7 +148,7 @@ func runSentinelFaults(t *testing.T, s *sentinelSet, n, minReplicas int, kill bo
 	// Sentinel refuses a new failover of the same master for twice its
 	// failover-timeout after the last one (the previous run's): ask again
 	// until it happens.
-	sc := goredis.NewSentinelClient(&goredis.Options{Addr: s.sentinels[0].addr()})
+	sc := goredis.NewSentinelClient(&goredis.Options{Addr: s.sentinels[0].addr(), Password: s.spass})
 	defer sc.Close()
 	failoverAt := time.Now()
 	var master1 string
@@ -157,6 +164,7 @@ func runSentinelFaults(t *testing.T, s *sentinelSet, n, minReplicas int, kill bo
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	s.lastFailover = time.Now()
 	switch1 := time.Since(failoverAt).Seconds()
 	t.Logf("%d effects: SENTINEL FAILOVER %s -> %s in %.1f s", r.fr.effectCount(), master0, master1, switch1)
 	// With min-replicas-to-write=0 what Python wrote to the old master is
@@ -191,6 +199,7 @@ func runSentinelFaults(t *testing.T, s *sentinelSet, n, minReplicas int, kill bo
 		if err != nil {
 			t.Fatal(err)
 		}
+		s.lastFailover = time.Now()
 		switch2 = time.Since(killedAt).Seconds()
 		t.Logf("%d effects: master %s killed -9; Sentinels promoted %s after %.1f s", r.fr.effectCount(), master1, master2, switch2)
 		if err := s.restartAsReplica(victim, master2); err != nil {
@@ -211,7 +220,7 @@ func runSentinelFaults(t *testing.T, s *sentinelSet, n, minReplicas int, kill bo
 	// Drain: the queue lists and unacked empty on the master (what a
 	// failover left unacked comes back after the visibility timeout), and
 	// no new effect for a while.
-	mc := goredis.NewClient(&goredis.Options{Addr: master2})
+	mc := goredis.NewClient(&goredis.Options{Addr: master2, Password: s.pass})
 	defer mc.Close()
 	deadline := time.Now().Add(3 * time.Minute)
 	var ready, unacked int64

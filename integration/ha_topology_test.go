@@ -497,8 +497,12 @@ func (r *redisNode) addr() string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
 // master group name. Which server is the master changes with failovers.
 type sentinelSet struct {
 	name      string
+	pass      string       // the data servers' password (requirepass, masterauth)
+	spass     string       // the Sentinels' own password (kombu's sentinel_kwargs)
 	servers   []*redisNode // the two data servers
 	sentinels []*redisNode
+	// lastFailover is when a test last made the Sentinels fail over.
+	lastFailover time.Time
 }
 
 var (
@@ -534,7 +538,8 @@ func startSentinelSet() (*sentinelSet, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &sentinelSet{name: "ha_" + strings.ToLower(rand.Text()[:8])}
+	s := &sentinelSet{name: "ha_" + strings.ToLower(rand.Text()[:8]),
+		pass: "ha-data-" + strings.ToLower(rand.Text()[:10]), spass: "ha-sentinel-" + strings.ToLower(rand.Text()[:10])}
 	onTopologyStop(func() {
 		for _, r := range append(append([]*redisNode(nil), s.sentinels...), s.servers...) {
 			r.signal(syscall.SIGTERM)
@@ -557,7 +562,8 @@ func startSentinelSet() (*sentinelSet, error) {
 		// (kombu's), and they are lost when it resyncs.
 		args := []string{server, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir,
 			"--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
-			"--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"}
+			"--min-replicas-to-write", "1", "--min-replicas-max-lag", "10",
+			"--requirepass", s.pass, "--masterauth", s.pass}
 		s.servers = append(s.servers, &redisNode{port: port, dir: dir, args: args})
 	}
 	// The second server replicates the first.
@@ -577,9 +583,13 @@ func startSentinelSet() (*sentinelSet, error) {
 			return nil, err
 		}
 		conf := filepath.Join(dir, "sentinel.conf")
+		// Passwords everywhere, as production Sentinels have them: the
+		// data servers', and the Sentinels' own (requirepass, and
+		// sentinel-pass to talk to each other).
 		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 2\n"+
-			"sentinel down-after-milliseconds %s 1000\nsentinel failover-timeout %s 3000\nsentinel parallel-syncs %s 1\n",
-			port, dir, s.name, s.servers[0].port, s.name, s.name, s.name)
+			"sentinel down-after-milliseconds %s 1000\nsentinel failover-timeout %s 3000\nsentinel parallel-syncs %s 1\n"+
+			"sentinel auth-pass %s %s\nrequirepass %s\nsentinel sentinel-pass %s\n",
+			port, dir, s.name, s.servers[0].port, s.name, s.name, s.name, s.name, s.pass, s.spass, s.spass)
 		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 			return nil, err
 		}
@@ -597,14 +607,14 @@ func startSentinelSet() (*sentinelSet, error) {
 	for {
 		ok := true
 		for _, sn := range s.sentinels {
-			c := goredis.NewSentinelClient(&goredis.Options{Addr: sn.addr()})
+			c := goredis.NewSentinelClient(&goredis.Options{Addr: sn.addr(), Password: s.spass})
 			err := c.CkQuorum(ctx, s.name).Err()
 			reps, rerr := c.Replicas(ctx, s.name).Result()
 			c.Close()
 			if err != nil || rerr != nil || len(reps) != 1 || reps[0]["flags"] != "slave" {
 				ok = false
 			}
-			sents := goredis.NewClient(&goredis.Options{Addr: sn.addr()})
+			sents := goredis.NewClient(&goredis.Options{Addr: sn.addr(), Password: s.spass})
 			n, _ := sents.Do(ctx, "SENTINEL", "SENTINELS", s.name).Slice()
 			sents.Close()
 			if len(n) != 2 {
@@ -625,12 +635,13 @@ func startSentinelSet() (*sentinelSet, error) {
 	return s, nil
 }
 
-// url is the kombu Sentinel URL list for database db.
+// url is the kombu Sentinel URL list for database db: the first URL
+// carries the master's password and the database.
 func (s *sentinelSet) url(db int) string {
 	var us []string
 	for i, sn := range s.sentinels {
 		if i == 0 {
-			us = append(us, fmt.Sprintf("sentinel://%s/%d", sn.addr(), db))
+			us = append(us, fmt.Sprintf("sentinel://:%s@%s/%d", s.pass, sn.addr(), db))
 		} else {
 			us = append(us, "sentinel://"+sn.addr())
 		}
@@ -642,7 +653,7 @@ func (s *sentinelSet) url(db int) string {
 func (s *sentinelSet) master(ctx context.Context) (string, error) {
 	var errs []error
 	for _, sn := range s.sentinels {
-		c := goredis.NewSentinelClient(&goredis.Options{Addr: sn.addr()})
+		c := goredis.NewSentinelClient(&goredis.Options{Addr: sn.addr(), Password: s.spass})
 		a, err := c.GetMasterAddrByName(ctx, s.name).Result()
 		c.Close()
 		if err == nil && len(a) == 2 {
@@ -670,7 +681,7 @@ func (s *sentinelSet) waitMaster(ctx context.Context, old string, timeout time.D
 	for {
 		m, err := s.master(ctx)
 		if err == nil && m != old {
-			c := goredis.NewClient(&goredis.Options{Addr: m})
+			c := goredis.NewClient(&goredis.Options{Addr: m, Password: s.pass})
 			role, rerr := c.Do(ctx, "ROLE").Slice()
 			c.Close()
 			if rerr == nil && len(role) > 0 && role[0] == "master" {
@@ -688,7 +699,7 @@ func (s *sentinelSet) waitMaster(ctx context.Context, old string, timeout time.D
 // up with everything the master had when the wait began.
 func (s *sentinelSet) waitSynced(ctx context.Context, master string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	c := goredis.NewClient(&goredis.Options{Addr: master})
+	c := goredis.NewClient(&goredis.Options{Addr: master, Password: s.pass})
 	defer c.Close()
 	target := int64(-1)
 	for {

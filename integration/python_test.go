@@ -114,9 +114,15 @@ func pyEnv(extra map[string]string) []string {
 		py55, _ := filepath.Abs("testdata/py55")
 		path += string(os.PathListSeparator) + py55 + string(os.PathListSeparator) + celery55Path()
 	}
+	// An extra PYTHONPATH goes in front, so that Celery 5.5 stays on it.
+	if p := extra["PYTHONPATH"]; p != "" {
+		path = p + string(os.PathListSeparator) + path
+	}
 	env := append(os.Environ(), "PYTHONPATH="+path, "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1")
 	for k, v := range extra {
-		env = append(env, k+"="+v)
+		if k != "PYTHONPATH" {
+			env = append(env, k+"="+v)
+		}
 	}
 	return env
 }

@@ -76,9 +76,14 @@ func djangoSetup(t *testing.T) (schema, queue string, env map[string]string) {
 	t.Helper()
 	schema, queue = pgSchema(t), "it_sql_dj_"+strings.ToLower(rand.Text()[:8])
 	env = djangoEnv(t, schema, queue)
-	if got := pyDjango(t, 2*time.Minute, env, "migrate"); len(got) != 1 || got[0]["migrated"] != true {
+	got := pyDjango(t, 2*time.Minute, env, "migrate")
+	if len(got) != 1 || got[0]["migrated"] != true {
 		t.Fatalf("migrate: %v", got)
 	}
+	if v, _ := got[0]["celery"].(string); !strings.HasPrefix(v, celeryVersion()+".") {
+		t.Fatalf("the Django project runs Celery %v, want %s: %v", v, celeryVersion(), got)
+	}
+	t.Logf("Celery %v, Django %v, django-celery-results %v", got[0]["celery"], got[0]["django"], got[0]["django_celery_results"])
 	return schema, queue, env
 }
 

@@ -207,7 +207,7 @@ func sqlWorkerConfig(t *testing.T, cfg sqlbackend.Config, mux *worker.Mux, hostn
 func TestSQLAlchemyBackendPythonClient(t *testing.T) {
 	schema, queue := pgSchema(t), "it_sql_q_"+strings.ToLower(rand.Text()[:8])
 	sqlWorker(t, schema, queue, "celeriac@it-sql")
-	lines := pySQL(t, 3*time.Minute, sqlEnv(t, schema, queue), "client", "get,values,failure,chain,group,chord")
+	lines := pySQL(t, 3*time.Minute, sqlEnv(t, schema, queue), "client", "get,values,failure,chain,group,chord,chordfail")
 	t.Logf("python: %v", lines)
 	steps := map[string]map[string]any{}
 	for _, l := range lines {
@@ -244,6 +244,11 @@ func TestSQLAlchemyBackendPythonClient(t *testing.T) {
 	// reads the header's outcomes from celeriac_chord_part.
 	if c := steps["chord"]; c["value"] != float64(380) || c["state"] != "SUCCESS" {
 		t.Errorf("chord: %v", c)
+	}
+	// A failed header part fails the body with Celery's ChordError.
+	if c := steps["chordfail"]; c["state"] != "FAILURE" || !strings.Contains(mustJSON(c["result"]), `ChordError`) ||
+		!strings.Contains(mustJSON(c["result"]), `raised ValueError('header part', 42)`) {
+		t.Errorf("chord with a failing header part: %v", c)
 	}
 
 	// celery.backend_cleanup (what celery beat sends daily) deletes the

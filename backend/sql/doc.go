@@ -22,9 +22,9 @@
 // {"exc_type", "exc_message", "exc_module"} dict). [EncodePickle] writes
 // that pickle for the values Go handlers return; it has no decoder, and
 // celeriac never unpickles anything, so [Backend.Get] on the SQLAlchemy
-// schema returns the state, date_done, traceback and extended fields
-// without Result. args and kwargs are encoded with the result serializer,
-// as Celery encodes them.
+// schema returns the state, date_done, traceback and extended fields, and
+// as Result a [PickledResult] (its size) or nil for None. args and kwargs
+// are encoded with the result serializer, as Celery encodes them.
 //
 // # Writes
 //
@@ -36,6 +36,10 @@
 // timeout, a serialization failure) is retried with backoff until the
 // caller's context ends, so the caller's budget bounds the retries; a
 // write that is given up is logged and counted ([Backend.Stats]).
+// Concurrent stores are committed together: one transaction (one round trip
+// and one WAL flush) for up to 64, each transaction under the statement
+// timeout; a store waits in the queue as long as its caller allows, so a
+// slow database is not sent copies of stores still waiting their turn.
 //
 // # Chords
 //
@@ -56,7 +60,12 @@
 // decrements it under SELECT ... FOR UPDATE. celeriac does the same, so Go
 // and Python workers share a chord's header and the part that brings the
 // count to zero, whichever worker runs it, fires the body once. The
-// results are read from the task table in header order.
+// results are read from the task table in header order. Like Python's, a
+// header task delivered twice (a redelivery after a crash) counts twice on
+// a counter the Python client created; the body then fails with a
+// ChordError naming the part that is not ready, where Python's backend
+// would never fire it. A counter a celeriac worker created keeps one slot
+// per part and counts each once.
 //
 // sql imports backend and protocol, pgx and zap.
 package sql

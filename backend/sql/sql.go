@@ -181,7 +181,11 @@ func (b *Backend) Store(ctx context.Context, r backend.StoreRequest) error {
 		b.fail("store", m.TaskID, err)
 		return fmt.Errorf("sql backend: store %s: %w", m.TaskID, err)
 	}
-	err = b.retry(ctx, "store", func(ctx context.Context) error {
+	// A queued store waits for its transaction as long as the caller
+	// lets it: the statement timeout bounds each transaction (in commit),
+	// not the time in the queue, so a slow database is not flooded with
+	// copies of stores that are still waiting their turn.
+	err = b.retryWith(ctx, "store", context.WithCancel, func(ctx context.Context) error {
 		op := &storeOp{q: q, args: args, done: make(chan error, 1)}
 		b.submit(ctx, op)
 		select {
@@ -251,9 +255,16 @@ func (b *Backend) Get(ctx context.Context, taskID string) (*protocol.ResultMeta,
 // retry runs f, each attempt under the statement timeout, until it
 // succeeds, fails for good, or ctx ends.
 func (b *Backend) retry(ctx context.Context, op string, f func(context.Context) error) error {
+	return b.retryWith(ctx, op, func(ctx context.Context) (context.Context, context.CancelFunc) {
+		return context.WithTimeout(ctx, b.s.stmtTimeout)
+	}, f)
+}
+
+// retryWith is retry with each attempt's context made by attemptCtx.
+func (b *Backend) retryWith(ctx context.Context, op string, attemptCtx func(context.Context) (context.Context, context.CancelFunc), f func(context.Context) error) error {
 	delay := 50 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, b.s.stmtTimeout)
+		actx, cancel := attemptCtx(ctx)
 		err := f(actx)
 		cancel()
 		if err == nil || !transient(err) {
@@ -361,9 +372,7 @@ func (b *Backend) lead() {
 		}
 		batch := b.takeLocked()
 		b.commitMu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), b.s.stmtTimeout)
-		b.commit(ctx, batch)
-		cancel()
+		b.commit(context.Background(), batch)
 	}
 }
 
@@ -381,12 +390,19 @@ func (b *Backend) takeLocked() []*storeOp {
 // for another reason than the connection (one store's value refused, which
 // aborts the others), each store is written on its own, so that one bad
 // value costs no other result.
-func (b *Backend) commit(ctx context.Context, batch []*storeOp) {
+func (b *Backend) commit(parent context.Context, batch []*storeOp) {
+	exec := func(op *storeOp) {
+		ctx, cancel := context.WithTimeout(parent, b.s.stmtTimeout)
+		defer cancel()
+		_, err := b.pool.Exec(ctx, op.q, op.args...)
+		op.done <- err
+	}
 	if len(batch) == 1 {
-		_, err := b.pool.Exec(ctx, batch[0].q, batch[0].args...)
-		batch[0].done <- err
+		exec(batch[0])
 		return
 	}
+	ctx, cancel := context.WithTimeout(parent, b.s.stmtTimeout)
+	defer cancel()
 	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		var pb pgx.Batch
 		for _, op := range batch {
@@ -401,7 +417,6 @@ func (b *Backend) commit(ctx context.Context, batch []*storeOp) {
 		return
 	}
 	for _, op := range batch {
-		_, err := b.pool.Exec(ctx, op.q, op.args...)
-		op.done <- err
+		exec(op)
 	}
 }

@@ -148,6 +148,20 @@ func TestStoreColumns(t *testing.T) {
 	if string(args) != `[2, "x"]` || string(kwargs) != `{"k": true}` || retries != 3 {
 		t.Errorf("args %s kwargs %s retries %d", args, kwargs, retries)
 	}
+	got, err := b.Get(t.Context(), m.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Result != (PickledResult{Size: len(want)}) {
+		t.Errorf("Get: Result %#v, want PickledResult{%d}", got.Result, len(want))
+	}
+	// None is NULL, as PickleType stores it: Get says nil.
+	if err := b.Store(t.Context(), backend.StoreRequest{Meta: &protocol.ResultMeta{TaskID: "bt-none", Status: protocol.StateSuccess}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Get(t.Context(), "bt-none"); err != nil || got.Result != nil {
+		t.Errorf("Get of a None result: %#v, %v", got, err)
+	}
 }
 
 // TestGroupCommitIsolatesARefusedValue: stores written together in one

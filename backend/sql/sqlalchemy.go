@@ -146,6 +146,18 @@ func (b *Backend) sqlaStore(m *protocol.ResultMeta) (string, []any, error) {
 	return q.String(), args, nil
 }
 
+// PickledResult stands for a result Celery's database backend stores as a
+// pickle, which celeriac never unpickles: Get returns it as the Result of
+// the SQLAlchemy schema, so that a caller can tell a stored value from
+// None (a NULL column).
+type PickledResult struct {
+	Size int // bytes
+}
+
+func (p PickledResult) String() string {
+	return fmt.Sprintf("<pickled result, %d bytes: celeriac does not unpickle>", p.Size)
+}
+
 // resultValue is what Celery's encode_result stores for the state: the
 // return value, or the exception as its dict.
 func resultValue(m *protocol.ResultMeta) any {
@@ -153,7 +165,7 @@ func resultValue(m *protocol.ResultMeta) any {
 }
 
 func (b *Backend) sqlaGet(ctx context.Context, taskID string) (*protocol.ResultMeta, error) {
-	cols := "status, date_done, traceback"
+	cols := "status, date_done, traceback, octet_length(result)"
 	if b.hasExtended {
 		cols += ", " + strings.Join(extendedColumns, ", ")
 	}
@@ -164,8 +176,9 @@ func (b *Backend) sqlaGet(ctx context.Context, taskID string) (*protocol.ResultM
 		tb, name, worker, queue *string
 		args, kwargs            []byte
 		retries                 *int32
+		size                    *int32
 	)
-	dest := []any{&status, &done, &tb}
+	dest := []any{&status, &done, &tb, &size}
 	if b.hasExtended {
 		dest = append(dest, &name, &args, &kwargs, &worker, &retries, &queue)
 	}
@@ -178,6 +191,9 @@ func (b *Backend) sqlaGet(ctx context.Context, taskID string) (*protocol.ResultM
 	m := &protocol.ResultMeta{TaskID: taskID, Status: protocol.State(status), Traceback: deref(tb)}
 	if done != nil {
 		m.DateDone = done.UTC()
+	}
+	if size != nil {
+		m.Result = PickledResult{Size: int(*size)}
 	}
 	if b.hasExtended && (name != nil || args != nil || worker != nil) {
 		m.Extended = true

@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -62,7 +64,9 @@ History is bounded (--max-tasks, the newest kept) and kept in memory; with
 			if maxTasks < 1 {
 				return usagef("--max-tasks must be at least 1")
 			}
-			ctx := cmd.Context()
+			// SIGINT/SIGTERM stop the server and save --persist.
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
 			conn, err := g.open(ctx)
 			if err != nil {
 				return err

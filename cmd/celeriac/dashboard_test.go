@@ -1,10 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestReadBasicAuth(t *testing.T) {
@@ -55,5 +62,59 @@ func TestDashboardUsage(t *testing.T) {
 		if code != exitUsage {
 			t.Errorf("%v: exit %d, want %d\n%s", a, code, exitUsage, errs)
 		}
+	}
+}
+
+// TestDashboardCommand runs `celeriac dashboard` in-process on the memory
+// broker: it serves the pages on --listen, refuses actions without
+// credentials, and saves --persist when it stops.
+func TestDashboardCommand(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	persist := filepath.Join(t.TempDir(), "history.json")
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan int, 1)
+	var stderr bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"-b", "memory://", "dashboard", "--listen", addr, "--persist", persist, "--refresh", "100ms"}, io.Discard, &stderr)
+	}()
+	var body string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/workers")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			body = string(b)
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			<-done
+			t.Fatalf("the dashboard does not answer: %v\n%s", err, stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(body, "<h1>Workers</h1>") || !strings.Contains(body, "read-only (no credentials configured)") {
+		t.Errorf("workers page:\n%s", body)
+	}
+	resp, err := http.PostForm("http://"+addr+"/action/worker", url.Values{"op": {"shutdown"}, "worker": {"w@h"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("an action without credentials configured: %d", resp.StatusCode)
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Errorf("exit %d\n%s", code, stderr.String())
+	}
+	if b, err := os.ReadFile(persist); err != nil || !strings.Contains(string(b), `"version":1`) {
+		t.Errorf("--persist file: %v %s", err, b)
 	}
 }

@@ -1,8 +1,9 @@
 // Command celeriac is celeriac's command line: a worker for the example
 // tasks, and the tools a Celery user reaches for — send (celery call),
 // inspect, control and status (against Python and Go workers alike), dlq
-// (list and replay dead letters), purge, and bench (celeriac against Python
-// Celery and a bare consume loop on the same brokers).
+// (list and replay dead letters), purge, bench (celeriac against Python
+// Celery and a bare consume loop on the same brokers), and dashboard (a web
+// UI for workers, tasks, queues and dead letters).
 //
 // Configuration comes from flags, then the environment (CELERY_BROKER_URL,
 // CELERY_RESULT_BACKEND), then a JSON file of Celery settings (--config).

@@ -27,8 +27,11 @@
 //
 // # Failures
 //
-// A lost connection or channel is replaced with capped exponential backoff
-// and jitter, failing over across the URLs of Celery's ";"-separated form;
+// A lost connection is replaced as Celery replaces it: every URL of the
+// ";"-separated failover form once per round (in the order of
+// Config.FailoverStrategy, round-robin or shuffle), with Celery's pause of
+// 2 s, 4 s, ... 30 s between failed rounds; Transport.Node says which node
+// is in use. A lost channel is reopened on the same schedule;
 // consumers redeclare and resume with their current prefetch while their
 // Deliveries channel stays open. Deliveries from the dead channel fail their
 // acknowledgement with transport.ErrStaleDelivery (the broker redelivers

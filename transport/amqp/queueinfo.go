@@ -50,20 +50,69 @@ func (t *Transport) QueueInfo(ctx context.Context, queue string) (QueueInfo, err
 	if err != nil {
 		return info, fmt.Errorf("amqp: queue %q: %w", queue, err)
 	}
-	perr := t.withPubChannel(ctx, func(ch *amqp091.Channel) error {
-		_, err := ch.QueueDeclare(queue, true, false, false, false, amqp091.Table{"x-max-priority": int32(probePriority)})
-		return err
-	})
-	if perr == nil {
-		info.MaxPriority = probePriority
-		return info, nil
-	}
-	if m := asMismatch(perr, "queue", queue); m != nil && m.Argument == "x-max-priority" {
-		if !m.CurrentSet {
-			info.MaxPriority = 0
-		} else if n, err := strconv.Atoi(m.Current); err == nil {
-			info.MaxPriority = n
+	// RabbitMQ names the first argument that differs, which may be another
+	// one (x-dead-letter-exchange, x-queue-type): the probe then adopts the
+	// queue's value for it and asks again, a few times at most.
+	probe := amqp091.Table{"x-max-priority": int32(probePriority)}
+	for range 6 {
+		perr := t.withPubChannel(ctx, func(ch *amqp091.Channel) error {
+			_, err := ch.QueueDeclare(queue, true, false, false, false, probe)
+			return err
+		})
+		if perr == nil {
+			info.MaxPriority = probePriority
+			return info, nil
+		}
+		m := asMismatch(perr, "queue", queue)
+		switch {
+		case m == nil:
+			return info, nil
+		case m.Argument == "x-max-priority":
+			if !m.CurrentSet {
+				info.MaxPriority = 0
+			} else if n, err := strconv.Atoi(m.Current); err == nil {
+				info.MaxPriority = n
+			}
+			return info, nil
+		}
+		v, ok := tableValue(m)
+		if !ok {
+			return info, nil
+		}
+		if v == nil {
+			delete(probe, m.Argument)
+		} else {
+			probe[m.Argument] = v
 		}
 	}
 	return info, nil
+}
+
+// tableValue converts the current value a mismatch names back into the
+// AMQP table value that declares it; nil when the queue has none.
+func tableValue(m *MismatchError) (any, bool) {
+	if !m.CurrentSet {
+		return nil, m.DeclaredSet
+	}
+	switch m.CurrentType {
+	case "longstr", "":
+		return m.Current, true
+	case "signedint", "long", "short", "byte":
+		n, err := strconv.ParseInt(m.Current, 10, 64)
+		if err != nil {
+			return nil, false
+		}
+		switch m.CurrentType {
+		case "long":
+			return n, true
+		case "short":
+			return int16(n), true
+		case "byte":
+			return int8(n), true
+		}
+		return int32(n), true
+	case "bool":
+		return m.Current == "true", true
+	}
+	return nil, false
 }

@@ -13,13 +13,23 @@ import (
 func TestQueueInfo(t *testing.T) {
 	h := newHarness(t, Config{})
 	a := newAdmin(t)
-	prio, plain, missing := h.q("prio"), h.q("plain"), h.q("missing")
-	a.cleanup([]string{prio, plain, missing}, nil)
+	prio, plain, missing, dead := h.q("prio"), h.q("plain"), h.q("missing"), h.q("dead")
+	deadPlain := h.q("deadplain")
+	a.cleanup([]string{prio, plain, missing, dead, deadPlain}, nil)
 	a.must(func(ch *amqp091.Channel) error {
 		if _, err := ch.QueueDeclare(prio, true, false, false, false, amqp091.Table{"x-max-priority": int32(10)}); err != nil {
 			return err
 		}
 		if _, err := ch.QueueDeclare(plain, true, false, false, false, nil); err != nil {
+			return err
+		}
+		// Other arguments than x-max-priority make RabbitMQ name those
+		// first: the probe learns them.
+		if _, err := ch.QueueDeclare(dead, true, false, false, false, amqp091.Table{
+			"x-dead-letter-exchange": dead + ".dlx", "x-message-ttl": int32(60000), "x-max-priority": int32(3)}); err != nil {
+			return err
+		}
+		if _, err := ch.QueueDeclare(deadPlain, true, false, false, false, amqp091.Table{"x-dead-letter-exchange": "dlx"}); err != nil {
 			return err
 		}
 		for range 3 {
@@ -37,6 +47,8 @@ func TestQueueInfo(t *testing.T) {
 		{prio, QueueInfo{Exists: true, Messages: 3, MaxPriority: 10}},
 		{plain, QueueInfo{Exists: true, MaxPriority: 0}},
 		{missing, QueueInfo{MaxPriority: 0}},
+		{dead, QueueInfo{Exists: true, MaxPriority: 3}},
+		{deadPlain, QueueInfo{Exists: true, MaxPriority: 0}},
 	} {
 		// Publishes are confirmed by the broker only eventually for the
 		// count: wait until the messages are counted.

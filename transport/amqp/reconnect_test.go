@@ -357,3 +357,27 @@ func TestRequeueAtHeadPerConsumer(t *testing.T) {
 		}
 	}
 }
+
+// TestFailoverShuffle: with broker_failover_strategy "shuffle" the first
+// connection goes to a random URL, so a fleet spreads over the nodes (with
+// round-robin every transport starts on the first URL).
+func TestFailoverShuffle(t *testing.T) {
+	broker := transporttest.AMQPURL(t)
+	ps := []*proxy{newProxy(t, broker, nil), newProxy(t, broker, nil), newProxy(t, broker, nil)}
+	var urls []string
+	for _, p := range ps {
+		urls = append(urls, p.url(broker, "amqp"))
+	}
+	nodes := map[string]int{}
+	for range 12 {
+		h := newHarness(t, Config{URLs: urls, FailoverStrategy: FailoverShuffle})
+		nodes[h.tr.Node()]++
+		if err := h.tr.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 12 transports all on one of 3 URLs by chance: 3 in 3^12.
+	if len(nodes) < 2 {
+		t.Errorf("12 shuffled transports all started on the same URL: %v", nodes)
+	}
+}

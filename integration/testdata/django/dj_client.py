@@ -28,8 +28,11 @@ def emit(**kw):
 
 
 def migrate():
+    import celery
+    import django_celery_results
     call_command("migrate", verbosity=0)
-    emit(migrated=True)
+    emit(migrated=True, celery=celery.__version__, django=django.get_version(),
+         django_celery_results=django_celery_results.__version__)
 
 
 def row(task_id):

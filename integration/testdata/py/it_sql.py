@@ -75,6 +75,10 @@ def client(steps="get,failure,chain,group"):
     if "group" in steps:
         r = group([add.s(i, i) for i in range(10)]).apply_async()
         emit(step="group", value=r.get(timeout=60), ready=r.ready(), states=sorted({x.state for x in r.results}))
+    if "chordfail" in steps:
+        r = chord([add.s(1, 1), fail.si("header part")])(tsum.s())
+        exc = r.get(timeout=120, propagate=False)
+        emit(step="chordfail", state=r.state, result=[type(exc).__name__, [str(a) for a in exc.args]])
     if "cleanup" in steps:
         r = app.send_task("celery.backend_cleanup")
         emit(step="cleanup", value=r.get(timeout=60), state=r.state)

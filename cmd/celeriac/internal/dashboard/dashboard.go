@@ -88,6 +88,8 @@ type Dashboard struct {
 	// secret keys the CSRF tokens and the login cookie; new per process.
 	secret []byte
 
+	deadMu sync.Mutex // see serialDead
+
 	qmu     sync.Mutex
 	samples map[string]*queueSample
 	sampled time.Time
@@ -239,6 +241,10 @@ func (d *Dashboard) refresh(ctx context.Context) {
 			d.store.UpdateWorkerInfo(clip(r.Hostname, 256), func(w *Worker) {
 				if impl := str(pool["implementation"]); impl != "" {
 					w.Pool = clip(impl, 128)
+				} else if _, ok := pool["processes"]; ok {
+					// Celery's prefork pool reports its processes
+					// but not its implementation.
+					w.Pool = "prefork"
 				}
 				if c, ok := num(pool["max-concurrency"]); ok {
 					w.Concurrency = int64(c)

@@ -667,6 +667,10 @@ func TestEventsStream(t *testing.T) {
 			break
 		}
 	}
+	// The event carries the counts the page header shows.
+	if line, _ := rd.ReadString('\n'); !strings.Contains(line, `"tasks":1`) {
+		t.Errorf("change event data %q", line)
+	}
 }
 
 // TestRunIngests: Run subscribes to the celeryev exchange, reads single
@@ -729,4 +733,55 @@ func FuzzIngest(f *testing.F) {
 			plot(n, d.store.Series(n, time.Now()))
 		}
 	})
+}
+
+type fakeInspector map[string]QueueDetail
+
+func (f fakeInspector) Inspect(_ context.Context, q string) (QueueDetail, error) {
+	d, ok := f[q]
+	if !ok {
+		return QueueDetail{}, fmt.Errorf("no queue <%s>", q)
+	}
+	return d, nil
+}
+
+// TestQueuesPage: depths from transport.Admin, and what an inspector adds
+// (consumers, RabbitMQ's max priority, Redis's bands), rates between
+// samples, and errors shown as text.
+func TestQueuesPage(t *testing.T) {
+	e := newEnv(t, Options{RefreshEvery: 5 * time.Second})
+	for range 3 {
+		if err := e.tr.Publish(t.Context(), &transport.Publishing{RoutingKey: "q1", Message: protocol.Message{ContentType: "application/json", Body: []byte("[]")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := e.client()
+	_, body := e.get(c, "/queues")
+	if !strings.Contains(body, `<td class="depth">3</td>`) {
+		t.Fatalf("depth of q1:\n%s", body)
+	}
+	// The previous sample is made 10 s old rather than waited for.
+	e.d.qmu.Lock()
+	e.d.samples["q1"].at = e.d.samples["q1"].at.Add(-10 * time.Second)
+	e.d.sampled = e.d.sampled.Add(-10 * time.Second)
+	e.d.qmu.Unlock()
+	if _, err := e.tr.Purge(t.Context(), "q1"); err != nil {
+		t.Fatal(err)
+	}
+	_, body = e.get(c, "/queues")
+	if !strings.Contains(body, `<td class="depth">0</td>`) || !regexp.MustCompile(`<td>-0\.[23]\d/s</td>`).MatchString(body) {
+		t.Fatalf("after purge, want depth 0 at about -0.30/s:\n%s", body)
+	}
+
+	e = newEnv(t, Options{RefreshEvery: time.Millisecond, Queues: []string{"rabbit", "redis", "gone"}, Inspector: fakeInspector{
+		"q1":     {Depth: 1, Consumers: 2, MaxPriority: 0},
+		"rabbit": {Depth: 7, Consumers: 1, MaxPriority: 10},
+		"redis":  {Depth: 5, Consumers: -1, MaxPriority: -1, Bands: []QueueBand{{0, 2}, {3, 0}, {6, 0}, {9, 3}}},
+	}})
+	_, body = e.get(e.client(), "/queues")
+	for _, want := range []string{"x-max-priority 10", "band 0: 2", "band 9: 3", `<td class="depth">7</td>`, "no queue &lt;gone&gt;", "<td>none</td>"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("queues page lacks %q:\n%s", want, body)
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -411,7 +412,34 @@ func (d *Dashboard) deadStore() (transport.DeadLetterStore, error) {
 	if !ok {
 		return nil, fmt.Errorf("the %s transport keeps no dead letters", d.o.BrokerScheme)
 	}
-	return s, nil
+	return serialDead{s, &d.deadMu}, nil
+}
+
+// serialDead runs one dead-letter operation at a time. On RabbitMQ a
+// listing takes each dead letter off its queue and puts it back, so two
+// listings at once (a page and its live refresh) would each miss what the
+// other holds.
+type serialDead struct {
+	s  transport.DeadLetterStore
+	mu *sync.Mutex
+}
+
+func (s serialDead) DeadLetters(ctx context.Context, queue string, limit int) ([]transport.DeadMessage, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.s.DeadLetters(ctx, queue, limit)
+}
+
+func (s serialDead) Replay(ctx context.Context, queue string, ids []string, opts transport.ReplayOptions) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.s.Replay(ctx, queue, ids, opts)
+}
+
+func (s serialDead) PurgeDead(ctx context.Context, queue string, ids []string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.s.PurgeDead(ctx, queue, ids)
 }
 
 func (d *Dashboard) dlqPage(w http.ResponseWriter, r *http.Request) {
@@ -439,7 +467,7 @@ func (d *Dashboard) dlqPage(w http.ResponseWriter, r *http.Request) {
 		for _, m := range msgs {
 			dq.Rows = append(dq.Rows, deadRow{
 				ID: m.ID, TaskID: deadletter.TaskID(m), TaskName: deadletter.TaskName(m),
-				Reason: m.Reason.Reason, Error: clip(m.Reason.Error, 300), Time: m.Reason.Time,
+				Reason: m.Reason.Reason, Error: clip(d.deadError(m, false), 300), Time: m.Reason.Time,
 				Retries: fmt.Sprint(m.Message.Headers["retries"]),
 			})
 		}
@@ -453,6 +481,29 @@ type dlqShowData struct {
 	Queue string
 	ID    string
 	Doc   string
+	Error string
+}
+
+// deadError is why a dead letter's task failed: what the worker recorded
+// with it (Redis), else, since RabbitMQ's dead-letter exchange records only
+// "rejected", the exception of the task's failure event, else (when asked,
+// it costs a round trip) the stored result.
+func (d *Dashboard) deadError(m transport.DeadMessage, backendToo bool) string {
+	if m.Reason.Error != "" {
+		return m.Reason.Error
+	}
+	id := deadletter.TaskID(m)
+	if t, ok := d.store.Task(id); ok && t.Exception != "" {
+		return t.Exception
+	}
+	if backendToo && d.o.Backend != nil && id != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		if meta, err := d.o.Backend.Get(ctx, id); err == nil && meta.Status == protocol.StateFailure {
+			return describe(meta)
+		}
+	}
+	return ""
 }
 
 func (d *Dashboard) dlqShowPage(w http.ResponseWriter, r *http.Request) {
@@ -475,6 +526,7 @@ func (d *Dashboard) dlqShowPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data.Doc = indentJSON(deadletter.Doc(m))
+	data.Error = d.deadError(m, true)
 	d.render(w, r, http.StatusOK, page{Title: "Dead letter " + id, Nav: "dlq", Template: "dlqshow", Data: data})
 }
 
@@ -605,7 +657,9 @@ func (d *Dashboard) workerAction(w http.ResponseWriter, r *http.Request) {
 		}
 		args["task_name"], args["rate_limit"] = task, rate
 	}
-	o := worker.ControlOptions{Destination: []string{host}, Limit: 1, Timeout: d.o.ControlTimeout}
+	// One named worker: the call returns at its reply, so a busy worker
+	// may take longer than a broadcast's collection time.
+	o := worker.ControlOptions{Destination: []string{host}, Limit: 1, Timeout: max(d.o.ControlTimeout, 5*time.Second)}
 	if op == "shutdown" {
 		if err := d.o.Control.Cast(r.Context(), method, args, o); err != nil {
 			done(w, r, "/workers", "shutdown: "+err.Error())
@@ -791,9 +845,9 @@ func (d *Dashboard) sse(w http.ResponseWriter, r *http.Request) {
 			}
 			fl.Flush()
 		case <-ch:
-			var v uint64
-			ch, v = d.store.Changed()
-			if _, err := fmt.Fprintf(w, "event: change\ndata: %d\n\n", v); err != nil {
+			ch, _ = d.store.Changed()
+			st := d.store.Stats()
+			if _, err := fmt.Fprintf(w, "event: change\ndata: {\"version\":%d,\"tasks\":%d,\"workers\":%d}\n\n", st.Version, st.Tasks, st.Workers); err != nil {
 				return
 			}
 			fl.Flush()

@@ -28,7 +28,15 @@
       });
   }
   var es = new EventSource("/events");
-  es.addEventListener("change", refresh);
+  function counts(ev) {
+    try {
+      var c = JSON.parse(ev.data);
+      var w = document.getElementById("count-workers"), t = document.getElementById("count-tasks");
+      if (w) w.textContent = String(c.workers);
+      if (t) t.textContent = String(c.tasks);
+    } catch (e) {}
+  }
+  es.addEventListener("change", function (ev) { counts(ev); refresh(); });
   es.onopen = function () { if (state) state.textContent = "live"; };
   es.onerror = function () { if (state) state.textContent = "reconnecting"; };
 })();
