@@ -145,10 +145,21 @@ func (t *Transport) Sweep(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	defer func() {
+		// A release lost with its connection would leave the mutex held
+		// for UnackedMutexExpire (kombu's 300 s) and stop every worker's
+		// sweep that long, so it is tried again; compare-and-delete makes a
+		// repeat harmless.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := t.scrUnlock.Run(uctx, t.rdb, []string{t.keys.unackedMutex}, token).Err(); err != nil && !errors.Is(err, goredis.Nil) {
-			t.logError(&t.bgErrLimits, "redis: could not release the restore mutex", err)
+		var err error
+		for attempt := 0; attempt < 5; attempt++ {
+			if err = t.scrUnlock.Run(uctx, t.rdb, []string{t.keys.unackedMutex}, token).Err(); err == nil || errors.Is(err, goredis.Nil) || uctx.Err() != nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond << attempt)
+		}
+		if err != nil && !errors.Is(err, goredis.Nil) {
+			t.logError(&t.bgErrLimits, "redis: could not release the restore mutex; sweeps wait for it to expire", err)
 		}
 	}()
 	ceil := scoreFloat(time.Now().Add(-t.cfg.VisibilityTimeout))
