@@ -140,7 +140,7 @@ func (t *Transport) sweepLogged() {
 // and tests.
 func (t *Transport) Sweep(ctx context.Context) (int, error) {
 	token := newTag()
-	ok, err := t.rdb.SetNX(ctx, t.keys.unackedMutex, token, t.cfg.UnackedMutexExpire).Result()
+	ok, err := t.acquireMutex(ctx, token)
 	if err != nil || !ok {
 		return 0, err
 	}
@@ -206,6 +206,24 @@ func (t *Transport) Sweep(ctx context.Context) (int, error) {
 		}
 	}
 	return restored, nil
+}
+
+// acquireMutex takes kombu's unacked_mutex with token (SET NX PX). go-redis
+// sends a command again when its reply was lost with the connection; the
+// repeated SET NX then fails on the mutex the first one took, and a sweep
+// that gave up there would leave it held for UnackedMutexExpire (kombu's
+// 300 s), stopping every worker's sweep that long. So a refused SET NX is
+// checked: a mutex holding this token is this sweep's.
+func (t *Transport) acquireMutex(ctx context.Context, token string) (bool, error) {
+	ok, err := t.rdb.SetNX(ctx, t.keys.unackedMutex, token, t.cfg.UnackedMutexExpire).Result()
+	if err != nil || ok {
+		return ok, err
+	}
+	holder, err := t.rdb.Get(ctx, t.keys.unackedMutex).Result()
+	if errors.Is(err, goredis.Nil) {
+		return false, nil
+	}
+	return err == nil && holder == token, err
 }
 
 // deadLetterRaw moves an unacked entry that cannot be parsed to the

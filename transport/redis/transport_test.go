@@ -902,3 +902,28 @@ func TestWaitReplicas(t *testing.T) {
 		t.Errorf("Node() = %q, Failovers() = %d; want the server and 0", tr.Node(), tr.Failovers())
 	}
 }
+
+// TestAcquireMutexAfterLostReply: a SET NX repeated after its reply was
+// lost finds the mutex taken by itself; the sweep must see that it holds
+// it (and release it), not give up and leave it held for 300 s.
+func TestAcquireMutexAfterLostReply(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	tr := e.dial(e.config())
+	// The first SET NX got through; its reply did not.
+	if err := e.raw.Set(ctx, e.key("unacked_mutex"), "tok-1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := tr.acquireMutex(ctx, "tok-1"); err != nil || !ok {
+		t.Errorf("acquireMutex with the holder's token = %v, %v; want true", ok, err)
+	}
+	if ok, err := tr.acquireMutex(ctx, "tok-2"); err != nil || ok {
+		t.Errorf("acquireMutex with another token = %v, %v; want false", ok, err)
+	}
+	if err := e.raw.Del(ctx, e.key("unacked_mutex")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := tr.acquireMutex(ctx, "tok-3"); err != nil || !ok {
+		t.Errorf("acquireMutex on a free mutex = %v, %v; want true", ok, err)
+	}
+}
