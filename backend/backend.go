@@ -88,3 +88,9 @@ type ChordUnlocker interface {
 type Cleaner interface {
 	Cleanup(ctx context.Context) error
 }
+
+// Forgetter is implemented by backends that can delete a task's result, as
+// AsyncResult.forget() does.
+type Forgetter interface {
+	Forget(ctx context.Context, taskID string) error
+}

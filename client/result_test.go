@@ -39,7 +39,8 @@ func TestGetAndState(t *testing.T) {
 			be := wrap(mb)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			r := client.NewAsyncResult(be, "t1")
+			c := client.New(nil, client.Config{Backend: be})
+			r := c.AsyncResult("t1")
 			if st, err := r.State(ctx); err != nil || st != protocol.StatePending {
 				t.Fatalf("State of an unknown task = %s, %v; want PENDING", st, err)
 			}
@@ -58,7 +59,7 @@ func TestGetAndState(t *testing.T) {
 
 			store(t, mb, "t2", protocol.StateFailure, &protocol.ExceptionInfo{Type: "ValueError", Module: "builtins", Message: []any{"bad thing"}},
 				"Traceback (most recent call last):\nValueError: bad thing\n")
-			_, err := client.NewAsyncResult(be, "t2").Get(ctx)
+			_, err := c.AsyncResult("t2").Get(ctx)
 			var te *client.TaskError
 			if !errors.As(err, &te) || te.Type != "ValueError" || te.Message() != "bad thing" || te.State != protocol.StateFailure ||
 				te.Traceback == "" || err.Error() != "ValueError: bad thing" {
@@ -67,7 +68,7 @@ func TestGetAndState(t *testing.T) {
 
 			short, stop := context.WithTimeout(ctx, 50*time.Millisecond)
 			defer stop()
-			if _, err := client.NewAsyncResult(be, "never").Get(short); !errors.Is(err, context.DeadlineExceeded) {
+			if _, err := c.AsyncResult("never").Get(short); !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("Get of a task that never ends = %v", err)
 			}
 		})
@@ -78,30 +79,19 @@ func TestGroupResultJoinsInOrder(t *testing.T) {
 	mb := memory.New()
 	defer mb.Close()
 	ctx := context.Background()
+	c := client.New(nil, client.Config{Backend: mb})
 	ids := []string{"g0", "g1", "g2"}
 	for i := len(ids) - 1; i >= 0; i-- { // finished in reverse order
 		store(t, mb, ids[i], protocol.StateSuccess, int64(i*10), "")
 	}
-	got, err := client.NewGroupResult(mb, "g", ids...).Get(ctx)
+	got, err := c.GroupResult("g", ids...).Get(ctx)
 	if err != nil || fmt.Sprint(got) != "[0 10 20]" {
 		t.Fatalf("Get = %v, %v", got, err)
 	}
 	store(t, mb, "g3", protocol.StateRevoked, &protocol.ExceptionInfo{Type: "TaskRevokedError", Module: "celery.exceptions", Message: []any{"revoked"}}, "")
-	_, err = client.NewGroupResult(mb, "g", "g0", "g3").Get(ctx)
+	_, err = c.GroupResult("g", "g0", "g3").Get(ctx)
 	var te *client.TaskError
 	if !errors.As(err, &te) || te.TaskID != "g3" || te.State != protocol.StateRevoked || te.Type != "TaskRevokedError" {
 		t.Fatalf("Get of a group with a revoked task = %v", err)
 	}
-}
-
-func ExampleAsyncResult_Get() {
-	be := memory.New()
-	defer be.Close()
-	// A worker (Python or celeriac) stores the result of task "t1".
-	_ = be.Store(context.Background(), backend.StoreRequest{Meta: &protocol.ResultMeta{
-		TaskID: "t1", Status: protocol.StateSuccess, Result: int64(5)}})
-
-	v, err := client.NewAsyncResult(be, "t1").Get(context.Background())
-	fmt.Println(v, err)
-	// Output: 5 <nil>
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/retry"
 	"github.com/celeriac/celeriac/transport"
 	"github.com/celeriac/celeriac/worker"
@@ -214,13 +215,14 @@ print(retry_once.delay().id)`)
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	p := worker.NewProducer(conn.Transport, worker.ProducerConfig{})
+	p := client.New(conn.Transport, client.Config{})
 	cdSent := time.Now()
-	cdID, err := p.SendTask(context.Background(), "ndd.when", nil, nil, worker.Countdown(3*time.Second),
-		worker.ToExchange(q, q), worker.ExchangeKind(transport.Topic))
+	cd, err := p.Send(context.Background(), "ndd.when", nil, nil, client.Countdown(3*time.Second),
+		client.Exchange(q, q, transport.Topic))
 	if err != nil {
 		t.Fatal(err)
 	}
+	cdID := cd.ID
 
 	out := runPython(t, 120*time.Second, env, nddPrelude+fmt.Sprintf(`
 from celery.result import AsyncResult
@@ -283,17 +285,17 @@ func TestCelery55NativeDelayedMixedFleet(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
-			p := worker.NewProducer(conn.Transport, worker.ProducerConfig{})
+			p := client.New(conn.Transport, client.Config{})
 			var goIDs []string
 			var goSent []time.Time
 			for i := range 4 {
 				goSent = append(goSent, time.Now())
-				id, err := p.SendTask(context.Background(), "ndd.when", []any{i}, nil, worker.Countdown(2*time.Second),
-					worker.ToExchange(q, q), worker.ExchangeKind(transport.Topic))
+				r, err := p.Send(context.Background(), "ndd.when", []any{i}, nil, client.Countdown(2*time.Second),
+					client.Exchange(q, q, transport.Topic))
 				if err != nil {
 					t.Fatal(err)
 				}
-				goIDs = append(goIDs, id)
+				goIDs = append(goIDs, r.ID)
 			}
 			var script strings.Builder
 			// kombu's own declaration of the levels must agree with what is

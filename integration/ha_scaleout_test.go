@@ -11,8 +11,8 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/celeriac/celeriac/client"
 	amqptransport "github.com/celeriac/celeriac/transport/amqp"
-	"github.com/celeriac/celeriac/worker"
 )
 
 // TestHAClusterScaleOut: 1, 2 and 4 celeriac worker processes drain the
@@ -105,7 +105,7 @@ func publishRecords(t *testing.T, urls, queue string, n int) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	p := worker.NewProducer(tr, worker.ProducerConfig{DefaultQueue: queue})
+	p := client.New(tr, client.Config{DefaultQueue: queue})
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
@@ -116,7 +116,7 @@ func publishRecords(t *testing.T, urls, queue string, n int) {
 				if i >= int64(n) {
 					return
 				}
-				if _, err := p.SendTask(ctx, "flt.record", []any{fmt.Sprintf("k%d", i), 0}, nil, worker.ToExchange(queue, queue)); err != nil {
+				if _, err := p.Send(ctx, "flt.record", []any{fmt.Sprintf("k%d", i), 0}, nil, client.Exchange(queue, queue, "")); err != nil {
 					errs <- err
 					return
 				}

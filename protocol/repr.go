@@ -551,3 +551,19 @@ func (s *safeRepr) bytesText(x []byte) string {
 	}
 	return "b'" + body + suffix + "'"
 }
+
+// ExceptionMessage is str(exception) of a Python exception with these
+// arguments: "" for none, the argument itself for one (str of a string is
+// the string), and the repr of the argument tuple for more.
+func ExceptionMessage(args []any) string {
+	switch len(args) {
+	case 0:
+		return ""
+	case 1:
+		if s, ok := args[0].(string); ok {
+			return s
+		}
+		return Repr(args[0])
+	}
+	return Repr(pyTuple(args))
+}

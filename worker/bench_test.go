@@ -3,13 +3,15 @@ package worker_test
 import (
 	"context"
 	"fmt"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace"
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
 	membackend "github.com/celeriac/celeriac/backend/memory"
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 	"github.com/celeriac/celeriac/transport/memory"
@@ -61,7 +63,7 @@ func benchDrain(b *testing.B, results bool, tp trace.TracerProvider) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			p := worker.NewProducer(tr, worker.ProducerConfig{DefaultQueue: "bench"})
+			p := client.New(tr, client.Config{DefaultQueue: "bench"})
 			m, dest := sampleMessage(b, p)
 			for i := 0; i < b.N; i++ {
 				if err := tr.Publish(context.Background(), &transport.Publishing{RoutingKey: dest, Message: m}); err != nil {
@@ -90,9 +92,9 @@ func benchDrain(b *testing.B, results bool, tp trace.TracerProvider) {
 
 // sampleMessage encodes one bench.noop(1) message as a Python 5.2 producer
 // would lay it out.
-func sampleMessage(b *testing.B, p *worker.Producer) (protocol.Message, string) {
-	m := &protocol.TaskMessage{Protocol: 2, ID: worker.NewID(), Name: "bench.noop", Lang: "py",
-		Args: []any{int64(1)}, Kwargs: map[string]any{}, DeliveryMode: 2, ReplyTo: worker.NewID(), Origin: "gen1@host"}
+func sampleMessage(b *testing.B, p *client.Client) (protocol.Message, string) {
+	m := &protocol.TaskMessage{Protocol: 2, ID: protocol.NewID(), Name: "bench.noop", Lang: "py",
+		Args: []any{int64(1)}, Kwargs: map[string]any{}, DeliveryMode: 2, ReplyTo: protocol.NewID(), Origin: "gen1@host"}
 	m.RootID, m.CorrelationID = m.ID, m.ID
 	msg, err := protocol.EncodeTask(m, protocol.EncodeOptions{})
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/celeriac/celeriac/client"
+	"github.com/celeriac/celeriac/internal/publish"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 )
@@ -40,9 +42,9 @@ func TestStampedSignatureMessage(t *testing.T) {
 	first := load("stamped_chain.redis.json")
 	chain := first.Embed.Chain
 	next := chain[len(chain)-1]
-	p := NewProducer(nil, ProducerConfig{})
-	m, _, _, err := p.signatureMessage(next, []any{int64(3)}, callOptions{
-		parentID: first.ID, rootID: first.RootID, chain: chain[:len(chain)-1], hasChain: true,
+	p := publish.New(nil, publish.Config{})
+	m, _, _, err := p.Message(next, []any{int64(3)}, publish.Call{
+		ParentID: first.ID, RootID: first.RootID, Chain: chain[:len(chain)-1], HasChain: true,
 	}, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +65,7 @@ func TestStampedSignatureMessage(t *testing.T) {
 	}
 
 	// An unstamped signature makes an unstamped message.
-	m, _, _, err = p.signatureMessage(protocol.Signature{Task: "t", Options: map[string]any{}}, nil, callOptions{}, time.Now())
+	m, _, _, err = p.Message(protocol.Signature{Task: "t", Options: map[string]any{}}, nil, publish.Call{}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,15 +83,15 @@ func (r *publishRecorder) Publish(_ context.Context, p *transport.Publishing) er
 
 // TestExchangeKind: a producer that names its exchange's type passes it to
 // the transport (which routes a countdown to a topic exchange through the
-// delay levels); without ExchangeKind the type is left to the transport.
+// delay levels); with an empty kind the type is left to the transport.
 func TestExchangeKind(t *testing.T) {
 	rec := &publishRecorder{}
-	p := NewProducer(rec, ProducerConfig{})
+	p := client.New(rec, client.Config{})
 	ctx := context.Background()
-	if _, err := p.SendTask(ctx, "t", nil, nil, ToExchange("ex", "rk"), ExchangeKind(transport.Topic), Countdown(3*time.Second)); err != nil {
+	if _, err := p.Send(ctx, "t", nil, nil, client.Exchange("ex", "rk", transport.Topic), client.Countdown(3*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.SendTask(ctx, "t", nil, nil, ToExchange("ex", "rk")); err != nil {
+	if _, err := p.Send(ctx, "t", nil, nil, client.Exchange("ex", "rk", "")); err != nil {
 		t.Fatal(err)
 	}
 	if got := rec.got[0]; got.Exchange != "ex" || got.RoutingKey != "rk" || got.ExchangeType != transport.Topic {

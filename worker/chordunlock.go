@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/celeriac/celeriac/backend"
+	"github.com/celeriac/celeriac/internal/publish"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/retry"
 )
@@ -117,7 +118,7 @@ func (w *Worker) unlockFailed(t *Task, body protocol.Signature, bodyID, gid stri
 		w.storeMeta(nil, &protocol.ResultMeta{TaskID: bodyID, Status: protocol.StateFailure, Result: ex,
 			Children: []any{}, DateDone: time.Now().UTC()}, "")
 	}
-	errbacks, err := signatureList(body.Options["link_error"])
+	errbacks, err := publish.SignatureList(body.Options["link_error"])
 	if err != nil {
 		w.log.Error("chord body link_error unreadable", zap.Error(err))
 		return

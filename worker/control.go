@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/celeriac/celeriac/internal/publish"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 )
@@ -187,8 +188,8 @@ func (c *control) close() { _ = c.sub.Close() }
 func (c *control) handle(d *transport.Delivery) {
 	w := c.w
 	if v, ok := d.Message.Headers["clock"]; ok {
-		if n, ok := toInt(v); ok {
-			w.clock.adjust(int64(n))
+		if n, ok := publish.ToInt(v); ok {
+			w.clock.Adjust(int64(n))
 		}
 	}
 	body, err := protocol.Unmarshal(d.Message.ContentType, d.Message.Body, protocol.DecodeOptions{MaxDepth: 64, MaxBodySize: 1 << 20})
@@ -224,7 +225,7 @@ func (c *control) reply(req controlRequest, value any) {
 		Exchange: ex, ExchangeType: transport.Direct, RoutingKey: req.replyKey, NoConfirm: true,
 		Message: protocol.Message{
 			ContentType: protocol.ContentTypeJSON, ContentEncoding: "utf-8",
-			Headers:    map[string]any{"ticket": req.ticket, "clock": w.clock.tick()},
+			Headers:    map[string]any{"ticket": req.ticket, "clock": w.clock.Tick()},
 			Properties: protocol.Properties{DeliveryMode: 1},
 			Body:       data,
 		},
@@ -266,7 +267,7 @@ func (c *control) dispatch(req controlRequest) (reply any, send bool) {
 	case "active_queues":
 		return w.activeQueues(), true
 	case "clock":
-		return map[string]any{"clock": w.clock.value()}, true
+		return map[string]any{"clock": w.clock.Value()}, true
 	case "revoke":
 		terminate, _ := a["terminate"].(bool)
 		return w.revokeCommand(stringList(a["task_id"]), terminate), true
@@ -319,10 +320,10 @@ func (c *control) dispatch(req controlRequest) (reply any, send bool) {
 		for id, at := range w.revoked.snapshot(time.Now()) {
 			revoked[id] = float64(at.UnixNano()) / 1e9
 		}
-		return map[string]any{"revoked": revoked, "clock": w.clock.tick()}, true
+		return map[string]any{"revoked": revoked, "clock": w.clock.Tick()}, true
 	case "pool_grow", "pool_shrink":
 		n := 1
-		if v, ok := toInt(a["n"]); ok && v > 0 {
+		if v, ok := publish.ToInt(a["n"]); ok && v > 0 {
 			n = v
 		}
 		if req.method == "pool_shrink" {
@@ -490,7 +491,7 @@ func (w *Worker) stats() map[string]any {
 	return map[string]any{
 		"total":  total,
 		"pid":    int64(os.Getpid()),
-		"clock":  fmt.Sprint(w.clock.value()),
+		"clock":  fmt.Sprint(w.clock.Value()),
 		"uptime": int64(time.Since(w.startedAt).Seconds()),
 		"pool": map[string]any{
 			"implementation":           "celeriac:goroutines",
@@ -663,10 +664,10 @@ func falsy(v any) bool {
 }
 
 func (w *Worker) setTimeLimit(name string, hard, soft any) map[string]any {
-	h, _ := toFloat(hard)
-	s, _ := toFloat(soft)
+	h, _ := publish.ToFloat(hard)
+	s, _ := publish.ToFloat(soft)
 	found, _ := w.mux.setOptions(name, func(o *TaskOptions) {
-		o.TimeLimit, o.SoftTimeLimit = seconds(h), seconds(s)
+		o.TimeLimit, o.SoftTimeLimit = publish.Seconds(h), publish.Seconds(s)
 	})
 	if !found {
 		return nok("unknown task")

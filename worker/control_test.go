@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 	"github.com/celeriac/celeriac/worker"
@@ -22,7 +23,7 @@ type controlClient struct {
 
 func newControlClient(t *testing.T, h *harness) *controlClient {
 	t.Helper()
-	key := worker.NewID()
+	key := protocol.NewID()
 	cons, err := h.tr.Consume(context.Background(), []transport.Queue{{
 		Name: key + ".reply.celery.pidbox", Exchange: "reply.celery.pidbox", RoutingKey: key,
 	}}, transport.ConsumeOptions{})
@@ -54,7 +55,7 @@ func (c *controlClient) call(method string, args map[string]any, destination ...
 // before the timeout, and with what.
 func (c *controlClient) request(method string, args, selection map[string]any) (any, bool) {
 	c.t.Helper()
-	ticket := worker.NewID()
+	ticket := protocol.NewID()
 	if args == nil {
 		args = map[string]any{}
 	}
@@ -166,7 +167,7 @@ func TestControlActiveAndTerminate(t *testing.T) {
 
 func TestControlRevokeHeldETATask(t *testing.T) {
 	h, c := startControlled(t)
-	id := h.send("tasks.add", []any{int64(1), int64(2)}, nil, worker.Countdown(time.Hour))
+	id := h.send("tasks.add", []any{int64(1), int64(2)}, nil, client.Countdown(time.Hour))
 	eventually(t, "task scheduled", func() bool {
 		s, _ := c.call("scheduled", nil).([]any)
 		return len(s) == 1
@@ -183,7 +184,7 @@ func TestControlRevokeHeldETATask(t *testing.T) {
 		t.Fatalf("revoked list = %v", rv)
 	}
 	// A revoked id that arrives later is not run either.
-	id2 := h.send("tasks.add", []any{int64(1), int64(2)}, nil, worker.TaskID(id))
+	id2 := h.send("tasks.add", []any{int64(1), int64(2)}, nil, client.TaskID(id))
 	if id2 != id {
 		t.Fatal("task id not kept")
 	}
@@ -380,19 +381,19 @@ func keys(m map[string]map[string]any) []string {
 
 func TestControlClientAgainstWorker(t *testing.T) {
 	h, _ := startControlled(t)
-	c := worker.NewControl(h.tr)
-	replies, err := c.Call(context.Background(), "ping", nil, worker.ControlOptions{Timeout: 2 * time.Second, Limit: 1})
+	c := client.NewControl(h.tr)
+	replies, err := c.Call(context.Background(), "ping", nil, client.ControlOptions{Timeout: 2 * time.Second, Limit: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(replies) != 1 || replies[0].Hostname != "w1@test" || replies[0].Value.(map[string]any)["ok"] != "pong" {
 		t.Fatalf("replies = %+v", replies)
 	}
-	replies, err = c.Call(context.Background(), "ping", nil, worker.ControlOptions{Timeout: 200 * time.Millisecond, Pattern: "w9@*"})
+	replies, err = c.Call(context.Background(), "ping", nil, client.ControlOptions{Timeout: 200 * time.Millisecond, Pattern: "w9@*"})
 	if err != nil || len(replies) != 0 {
 		t.Fatalf("pattern w9@* answered: %+v %v", replies, err)
 	}
-	replies, err = c.Call(context.Background(), "ping", nil, worker.ControlOptions{Timeout: 2 * time.Second, Pattern: "w1@*", Limit: 1})
+	replies, err = c.Call(context.Background(), "ping", nil, client.ControlOptions{Timeout: 2 * time.Second, Pattern: "w1@*", Limit: 1})
 	if err != nil || len(replies) != 1 {
 		t.Fatalf("pattern w1@* not answered: %+v %v", replies, err)
 	}
@@ -412,7 +413,7 @@ func TestControlConsumerAgainAfterCancel(t *testing.T) {
 			t.Fatalf("%s = %v, want ok=%q", step.method, got, step.want)
 		}
 	}
-	id := h.send("tasks.add", []any{int64(2), int64(3)}, nil, worker.ToQueue("extra"))
+	id := h.send("tasks.add", []any{int64(2), int64(3)}, nil, client.Queue("extra"))
 	if m := h.wait(id); m.Status != protocol.StateSuccess {
 		t.Fatalf("task on the re-added queue: %s %v", m.Status, m.Result)
 	}

@@ -13,13 +13,14 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/celeriac/celeriac/internal/publish"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 )
 
 // Version is celeriac's version, reported in worker events (sw_ver) and
 // remote-control stats.
-const Version = "0.1.0"
+const Version = publish.Version
 
 const (
 	eventExchange     = "celeryev"
@@ -30,22 +31,7 @@ const (
 )
 
 // clock is the Lamport clock Celery's monitors order events by.
-type clock struct{ v atomic.Int64 }
-
-func (c *clock) tick() int64 { return c.v.Add(1) }
-
-// adjust moves the clock past a received value: max(local, other) + 1.
-func (c *clock) adjust(other int64) int64 {
-	for {
-		cur := c.v.Load()
-		next := max(cur, other) + 1
-		if c.v.CompareAndSwap(cur, next) {
-			return next
-		}
-	}
-}
-
-func (c *clock) value() int64 { return c.v.Load() }
+type clock = publish.Clock
 
 // events sends Celery events (worker-online/heartbeat/offline and, when
 // enabled, task events) to the celeryev exchange, where Flower and
@@ -54,7 +40,7 @@ func (c *clock) value() int64 { return c.v.Load() }
 // events are dropped (and counted) rather than blocking the worker.
 type events struct {
 	w          *Worker
-	pub        Publisher
+	pub        publish.Publisher
 	clock      *clock
 	taskEvents atomic.Bool
 	pid        int64
@@ -66,7 +52,7 @@ type events struct {
 	stopOnce   sync.Once
 }
 
-func newEvents(w *Worker, pub Publisher, clk *clock) *events {
+func newEvents(w *Worker, pub publish.Publisher, clk *clock) *events {
 	_, off := time.Now().Zone()
 	e := &events{
 		w:         w,
@@ -157,7 +143,7 @@ func (e *events) send(typ string, fields map[string]any) {
 	fields["hostname"] = e.w.cfg.Hostname
 	fields["utcoffset"] = e.utcoffset
 	fields["pid"] = e.pid
-	fields["clock"] = e.clock.tick()
+	fields["clock"] = e.clock.Tick()
 	fields["timestamp"] = float64(time.Now().UnixNano()) / 1e9
 	select {
 	case e.queue <- fields:

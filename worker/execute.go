@@ -4,16 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/trace"
 	"os"
 	"runtime/debug"
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/celeriac/celeriac/backend"
+	"github.com/celeriac/celeriac/internal/publish"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 )
@@ -108,7 +110,7 @@ func (w *Worker) execute(p *pending) {
 	if w.tracing != nil {
 		// The span covers the run and its settlement, as Python's ends at
 		// postrun, after the result is stored.
-		ctx, r.span = w.tracing.startRun(ctx, m, p.d, w.cfg.Hostname)
+		ctx, r.span = startRun(w.tracing, ctx, m, p.d, w.cfg.Hostname)
 		defer r.span.End()
 	}
 	if soft > 0 {
@@ -419,7 +421,7 @@ func (w *Worker) applyCanvasOnSuccess(r *run, result any) ([]any, error) {
 		if len(cbs) > 1 {
 			// Several callbacks are sent as a group: one fresh group id
 			// shared by every plain signature (group_index stays null).
-			c.groupID = NewID()
+			c.groupID = publish.NewID()
 		}
 		for _, cb := range cbs {
 			ids, err := w.applySignature(cb, []any{result}, c)
@@ -504,7 +506,7 @@ func (w *Worker) callErrbacks(m *protocol.TaskMessage, queue string, errbacks []
 	if root == "" {
 		root = m.ID
 	}
-	c := callOptions{parentID: m.ID, rootID: root, groupID: NewID(), queue: queue, span: span}
+	c := callOptions{parentID: m.ID, rootID: root, groupID: publish.NewID(), queue: queue, span: span}
 	for _, eb := range errbacks {
 		if _, err := w.applySignature(eb, []any{m.ID}, c); err != nil {
 			w.log.Error("sending an error callback failed", zap.String("task_id", m.ID), zap.String("errback", eb.Task), zap.Error(err))
@@ -600,7 +602,7 @@ func (w *Worker) chordError(r *run, body protocol.Signature, bodyID string, culp
 		w.storeMeta(r, &protocol.ResultMeta{TaskID: bodyID, Status: protocol.StateFailure, Result: ex,
 			Children: []any{}, DateDone: time.Now().UTC()}, "")
 	}
-	errbacks, err := signatureList(body.Options["link_error"])
+	errbacks, err := publish.SignatureList(body.Options["link_error"])
 	if err != nil {
 		r.logAt(zap.ErrorLevel, "chord body link_error unreadable", zap.Error(err))
 		return

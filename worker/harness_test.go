@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	membackend "github.com/celeriac/celeriac/backend/memory"
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 	"github.com/celeriac/celeriac/transport/memory"
@@ -22,7 +23,7 @@ type harness struct {
 	be   *membackend.Backend
 	mux  *worker.Mux
 	w    *worker.Worker
-	prod *worker.Producer
+	prod *client.Client
 	cfg  worker.Config
 	// wrap, when set before start, wraps the transport the worker uses
 	// (a transporttest.Faulty, say); the producer still publishes to tr.
@@ -49,7 +50,7 @@ func newHarness(t testing.TB, cfg worker.Config) *harness {
 		cfg.Queues = []string{"q"}
 	}
 	h.cfg = cfg
-	h.prod = worker.NewProducer(h.tr, worker.ProducerConfig{DefaultQueue: cfg.Queues[0]})
+	h.prod = client.New(h.tr, client.Config{DefaultQueue: cfg.Queues[0]})
 	t.Cleanup(func() {
 		h.stop()
 		h.tr.Close()
@@ -100,13 +101,13 @@ func (h *harness) stopAsync() <-chan error {
 	return stopped
 }
 
-func (h *harness) send(name string, args []any, kwargs map[string]any, opts ...worker.SendOption) string {
+func (h *harness) send(name string, args []any, kwargs map[string]any, opts ...client.SendOption) string {
 	h.t.Helper()
-	id, err := h.prod.SendTask(context.Background(), name, args, kwargs, opts...)
+	r, err := h.prod.Send(context.Background(), name, args, kwargs, opts...)
 	if err != nil {
-		h.t.Fatalf("SendTask(%s): %v", name, err)
+		h.t.Fatalf("Send(%s): %v", name, err)
 	}
-	return id
+	return r.ID
 }
 
 // wait waits for a ready state of id.

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/celeriac/celeriac/backend"
+	"github.com/celeriac/celeriac/internal/publish"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/retry"
 )
@@ -95,7 +96,7 @@ func Idempotent(o IdempotencyOptions) Middleware {
 				ns = t.Name
 			}
 			full := ns + ":" + key
-			owner := t.Hostname + "/" + t.ID + "/" + NewID()
+			owner := t.Hostname + "/" + t.ID + "/" + publish.NewID()
 			c, err := o.Store.Claim(ctx, full, owner, o.Lease)
 			if err != nil {
 				// Without the store we cannot know; running could duplicate

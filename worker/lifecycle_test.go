@@ -16,6 +16,7 @@ import (
 
 	"github.com/celeriac/celeriac/backend"
 	"github.com/celeriac/celeriac/backend/backendtest"
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/retry"
 	"github.com/celeriac/celeriac/transport"
@@ -54,9 +55,9 @@ func TestLongTaskSettles(t *testing.T) {
 				ok := h.send("tasks.slow", []any{"ok"}, nil)
 				fail := h.send("tasks.slow", []any{"fail"}, nil)
 				again := h.send("tasks.slow", []any{"retry"}, nil)
-				stepID := worker.NewID()
+				stepID := protocol.NewID()
 				step := protocol.Signature{Task: "tasks.echo", Options: map[string]any{"task_id": stepID}}
-				h.send("tasks.slow", []any{"chain"}, nil, worker.Link(step))
+				h.send("tasks.slow", []any{"chain"}, nil, client.Link(step))
 
 				if m := h.wait(ok); m.Status != protocol.StateSuccess || m.Result != "done ok" {
 					t.Fatalf("35 s task: %s %v, want SUCCESS", m.Status, m.Result)
@@ -219,9 +220,9 @@ func TestRedeliveryWhileRunning(t *testing.T) {
 			}
 		})
 		h.start()
-		id := worker.NewID()
-		h.send("tasks.work", []any{1.0}, nil, worker.TaskID(id))
-		h.send("tasks.work", []any{3600.0}, nil, worker.TaskID(id))
+		id := protocol.NewID()
+		h.send("tasks.work", []any{1.0}, nil, client.TaskID(id))
+		h.send("tasks.work", []any{3600.0}, nil, client.TaskID(id))
 		time.Sleep(2 * time.Second) // the first copy is done, the second runs
 		synctest.Wait()
 		if running.Load() != 1 {
@@ -257,14 +258,14 @@ func TestRevokeTerminateEndsEveryRunOfTheID(t *testing.T) {
 			return nil, ctx.Err()
 		})
 		h.start()
-		id := worker.NewID()
-		h.send("tasks.block", nil, nil, worker.TaskID(id))
-		h.send("tasks.block", nil, nil, worker.TaskID(id))
+		id := protocol.NewID()
+		h.send("tasks.block", nil, nil, client.TaskID(id))
+		h.send("tasks.block", nil, nil, client.TaskID(id))
 		synctest.Wait()
 		if running.Load() != 2 {
 			t.Fatalf("%d runs, want 2", running.Load())
 		}
-		if err := worker.NewControl(h.tr).Cast(context.Background(), "revoke", map[string]any{"task_id": id, "terminate": true}, worker.ControlOptions{}); err != nil {
+		if err := client.NewControl(h.tr).Cast(context.Background(), "revoke", map[string]any{"task_id": id, "terminate": true}, client.ControlOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
@@ -449,7 +450,7 @@ func TestPoolGrowTo5000(t *testing.T) {
 		}, worker.IgnoreResult(true))
 		h.start()
 		synctest.Wait()
-		if err := worker.NewControl(h.tr).Cast(context.Background(), "pool_grow", map[string]any{"n": int64(slots - 1)}, worker.ControlOptions{}); err != nil {
+		if err := client.NewControl(h.tr).Cast(context.Background(), "pool_grow", map[string]any{"n": int64(slots - 1)}, client.ControlOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()

@@ -3,12 +3,15 @@ package worker
 import (
 	"context"
 	"errors"
-	"go.opentelemetry.io/otel/attribute"
 	"math/rand/v2"
+	"strconv"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
 
 	"go.uber.org/zap"
 
+	"github.com/celeriac/celeriac/internal/publish"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/retry"
 )
@@ -63,15 +66,15 @@ func (w *Worker) retryTask(r *run, d retry.Decision) {
 	next.Headers = stripDeathHeaders(m.Headers)
 	next.Expiration = ""
 	if !m.Expires.IsZero() {
-		next.Expiration = expiration(m.Expires, time.Now())
+		next.Expiration = strconv.FormatInt(max(time.Until(m.Expires).Milliseconds(), 0), 10)
 	}
 	next.Compression = m.Compression
-	dest := destination{exchange: r.p.d.Exchange, routingKey: r.p.d.RoutingKey}
-	if dest.exchange == "" {
+	dest := publish.Destination{Exchange: r.p.d.Exchange, RoutingKey: r.p.d.RoutingKey}
+	if dest.Exchange == "" {
 		// Came through the default exchange: go back to the same queue.
-		dest.routingKey = r.p.d.Queue
-		if dest.routingKey == "" {
-			dest.routingKey = r.p.d.RoutingKey
+		dest.RoutingKey = r.p.d.Queue
+		if dest.RoutingKey == "" {
+			dest.RoutingKey = r.p.d.RoutingKey
 		}
 	}
 	ct := m.ContentType
@@ -111,7 +114,7 @@ func (w *Worker) retryTask(r *run, d retry.Decision) {
 		w.events.task("task-retried", map[string]any{"uuid": m.ID, "exception": evExc, "traceback": evTb})
 	}
 	if err := w.persist(func(ctx context.Context) error {
-		return w.producer.publish(withSpan(ctx, r.span), &next, dest, ct, m.Compression)
+		return w.producer.Publish(withSpan(ctx, r.span), &next, dest, ct, m.Compression)
 	}); err != nil {
 		r.logAt(zap.ErrorLevel, "publishing the retry failed", zap.Error(err))
 		if !r.acked {

@@ -22,6 +22,7 @@ import (
 	"github.com/celeriac/celeriac/backend"
 	"github.com/celeriac/celeriac/backend/backendtest"
 	membackend "github.com/celeriac/celeriac/backend/memory"
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/retry"
 	"github.com/celeriac/celeriac/transport"
@@ -386,8 +387,8 @@ func checkSim(t *testing.T, s simSchedule) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prod := worker.NewProducer(mt, worker.ProducerConfig{DefaultQueue: "sim"})
-	ctrl := worker.NewControl(mt)
+	prod := client.New(mt, client.Config{DefaultQueue: "sim"})
+	ctrl := client.NewControl(mt)
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan error, 1)
 	go func() {
@@ -412,17 +413,17 @@ func checkSim(t *testing.T, s simSchedule) {
 	for i := range s.tasks {
 		tk := &s.tasks[i]
 		send := func() {
-			opts := []worker.SendOption{worker.TaskID(tk.id)}
+			opts := []client.SendOption{client.TaskID(tk.id)}
 			if tk.countdown > 0 {
-				opts = append(opts, worker.Countdown(tk.countdown))
+				opts = append(opts, client.Countdown(tk.countdown))
 			}
 			switch tk.outcome {
 			case simSoftLimit:
-				opts = append(opts, worker.TimeLimits(0, tk.dur/2+time.Millisecond))
+				opts = append(opts, client.TimeLimit(0, tk.dur/2+time.Millisecond))
 			case simHardLimit:
-				opts = append(opts, worker.TimeLimits(tk.dur/2+time.Millisecond, 0))
+				opts = append(opts, client.TimeLimit(tk.dur/2+time.Millisecond, 0))
 			case simIgnore:
-				opts = append(opts, worker.IgnoreResultHeader(true))
+				opts = append(opts, client.IgnoreResult(true))
 			}
 			name := "sim.early"
 			if tk.acksLate {
@@ -430,7 +431,7 @@ func checkSim(t *testing.T, s simSchedule) {
 			}
 			// Publishing straight to the memory transport: the producer's
 			// side is not under test and must not see the faults.
-			if _, err := prod.SendTask(context.Background(), name, nil, nil, opts...); err != nil {
+			if _, err := prod.Send(context.Background(), name, nil, nil, opts...); err != nil {
 				t.Errorf("send %s: %v", tk.id, err)
 			}
 		}
@@ -440,7 +441,7 @@ func checkSim(t *testing.T, s simSchedule) {
 		}
 		if tk.revokeAt > 0 {
 			at(tk.sendAt+tk.revokeAt, func() {
-				_ = ctrl.Cast(context.Background(), "revoke", map[string]any{"task_id": tk.id, "terminate": tk.terminate}, worker.ControlOptions{})
+				_ = ctrl.Cast(context.Background(), "revoke", map[string]any{"task_id": tk.id, "terminate": tk.terminate}, client.ControlOptions{})
 			})
 		}
 	}

@@ -3,15 +3,14 @@ package worker
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/celeriac/celeriac/internal/publish"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 )
@@ -33,8 +32,6 @@ import (
 //
 // The README's "Tracing" section lists the names and where each comes from.
 
-const tracerName = "github.com/celeriac/celeriac/worker"
-
 // Span attribute keys, as the Python instrumentation names them.
 const (
 	attrAction         = "celery.action"
@@ -54,58 +51,17 @@ const (
 	attrDestination    = "messaging.destination"
 )
 
-// tracing is the OpenTelemetry state of a worker or producer; nil when
-// tracing is off, so that the untraced path costs one nil check.
-type tracing struct {
-	tracer trace.Tracer
-	prop   propagation.TextMapPropagator
-}
-
-// newTracing returns nil when tp is nil (tracing off). The default
-// propagator is W3C trace context plus baggage, OpenTelemetry's default
-// OTEL_PROPAGATORS.
-func newTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator) *tracing {
-	if tp == nil {
-		return nil
-	}
-	if prop == nil {
-		prop = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
-	}
-	return &tracing{tracer: tp.Tracer(tracerName, trace.WithInstrumentationVersion(Version)), prop: prop}
-}
-
-// headerCarrier reads and writes trace context in task message headers.
-// py-amqp may hand a header over as bytes; it is read as text.
-type headerCarrier map[string]any
-
-func (c headerCarrier) Get(key string) string {
-	switch v := c[key].(type) {
-	case string:
-		return v
-	case []byte:
-		return string(v)
-	}
-	return ""
-}
-
-func (c headerCarrier) Set(key, value string) { c[key] = value }
-
-func (c headerCarrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
+// tracing is the OpenTelemetry state of a worker; nil when tracing is
+// off, so that the untraced path costs one nil check.
+type tracing = publish.Tracing
 
 // startRun starts the CONSUMER span of one run, a child of the context the
 // message carries.
-func (tr *tracing) startRun(ctx context.Context, m *protocol.TaskMessage, d *transport.Delivery, hostname string) (context.Context, trace.Span) {
+func startRun(tr *tracing, ctx context.Context, m *protocol.TaskMessage, d *transport.Delivery, hostname string) (context.Context, trace.Span) {
 	if len(m.Headers) > 0 {
-		ctx = tr.prop.Extract(ctx, headerCarrier(m.Headers))
+		ctx = tr.Prop.Extract(ctx, publish.HeaderCarrier(m.Headers))
 	}
-	ctx, span := tr.tracer.Start(ctx, "run/"+m.Name, trace.WithSpanKind(trace.SpanKindConsumer))
+	ctx, span := tr.Tracer.Start(ctx, "run/"+m.Name, trace.WithSpanKind(trace.SpanKindConsumer))
 	if span.IsRecording() {
 		span.SetAttributes(runAttributes(m, d, hostname)...)
 	}
@@ -167,44 +123,11 @@ func endRun(span trace.Span, state string, ex *protocol.ExceptionInfo, tb string
 		// Python's span.record_exception(einfo): an "exception" event.
 		span.AddEvent("exception", trace.WithAttributes(
 			attribute.String("exception.type", ex.Type),
-			attribute.String("exception.message", excMessage(ex)),
+			attribute.String("exception.message", protocol.ExceptionMessage(ex.Message)),
 			attribute.String("exception.stacktrace", tb),
 		))
 		span.SetStatus(codes.Error, excRepr(ex))
 	}
-}
-
-// excMessage is str(exception): its only argument, or the repr of them.
-func excMessage(ex *protocol.ExceptionInfo) string {
-	if len(ex.Message) == 1 {
-		if s, ok := ex.Message[0].(string); ok {
-			return s
-		}
-	}
-	return protocol.Repr(ex.Message)
-}
-
-// startPublish starts the PRODUCER span of one published message and
-// injects the context into its headers, as before_task_publish does. The
-// headers map is replaced by a copy: the caller's map (send options, the
-// original message of a retry) must not change.
-func (tr *tracing) startPublish(ctx context.Context, m *protocol.TaskMessage, dest destination) trace.Span {
-	ctx, span := tr.tracer.Start(ctx, "apply_async/"+m.Name, trace.WithSpanKind(trace.SpanKindProducer))
-	if span.IsRecording() {
-		span.SetAttributes(
-			attribute.String(attrAction, "apply_async"),
-			attribute.String(attrMessageID, m.ID),
-			attribute.String(attrTaskName, m.Name),
-			attribute.String(attrDestination, dest.routingKey),
-		)
-	}
-	h := make(map[string]any, len(m.Headers)+3)
-	for k, v := range m.Headers {
-		h[k] = v
-	}
-	tr.prop.Inject(ctx, headerCarrier(h))
-	m.Headers = h
-	return span
 }
 
 // withSpan puts span into ctx (a settle budget's context), so that what is

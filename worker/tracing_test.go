@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/retry"
 	"github.com/celeriac/celeriac/worker"
@@ -77,7 +78,7 @@ func TestTracingRunSpanContinuesThePythonTrace(t *testing.T) {
 	h, rec, logs := tracedHarness(t, worker.Config{})
 	h.mux.HandleFunc("tasks.add", add)
 	h.start()
-	id := h.send("tasks.add", []any{int64(2), int64(3)}, nil, worker.Headers(map[string]any{"traceparent": pyTraceparen}))
+	id := h.send("tasks.add", []any{int64(2), int64(3)}, nil, client.Headers(map[string]any{"traceparent": pyTraceparen}))
 	h.wait(id)
 	s := waitSpans(t, rec, "run/tasks.add", 1)[0]
 	if s.SpanKind() != trace.SpanKindConsumer {
@@ -120,7 +121,7 @@ func TestTracingFailureAndRetry(t *testing.T) {
 		return "done", nil
 	})
 	h.start()
-	h.wait(h.send("tasks.fail", nil, nil, worker.Headers(map[string]any{"traceparent": pyTraceparen})))
+	h.wait(h.send("tasks.fail", nil, nil, client.Headers(map[string]any{"traceparent": pyTraceparen})))
 	f := waitSpans(t, rec, "run/tasks.fail", 1)[0]
 	if f.Status().Code != codes.Error || attr(f, "celery.state").AsString() != "FAILURE" {
 		t.Errorf("failed run: status %v, state %v", f.Status(), attr(f, "celery.state").String())
@@ -140,7 +141,7 @@ func TestTracingFailureAndRetry(t *testing.T) {
 		}
 	}
 
-	id := h.send("tasks.again", nil, nil, worker.Headers(map[string]any{"traceparent": pyTraceparen}))
+	id := h.send("tasks.again", nil, nil, client.Headers(map[string]any{"traceparent": pyTraceparen}))
 	if m := h.wait(id); m.Status != protocol.StateSuccess {
 		t.Fatalf("retried task: %s", m.Status)
 	}
@@ -171,9 +172,9 @@ func TestTracingChainStepCarriesTheContext(t *testing.T) {
 		return nil, nil
 	})
 	h.start()
-	stepID := worker.NewID()
-	h.send("tasks.add", []any{int64(1), int64(2)}, nil, worker.Headers(map[string]any{"traceparent": pyTraceparen}),
-		worker.Link(protocol.Signature{Task: "tasks.look", Options: map[string]any{"task_id": stepID}}))
+	stepID := protocol.NewID()
+	h.send("tasks.add", []any{int64(1), int64(2)}, nil, client.Headers(map[string]any{"traceparent": pyTraceparen}),
+		client.Link(protocol.Signature{Task: "tasks.look", Options: map[string]any{"task_id": stepID}}))
 	h.wait(stepID)
 	step := waitSpans(t, rec, "run/tasks.look", 1)[0]
 	if step.SpanContext().TraceID().String() != pyTraceID {
@@ -198,12 +199,13 @@ func TestTracingProducer(t *testing.T) {
 		return nil, nil
 	})
 	h.start()
-	prod := worker.NewProducer(h.tr, worker.ProducerConfig{DefaultQueue: "q", TracerProvider: tp})
+	prod := client.New(h.tr, client.Config{DefaultQueue: "q", TracerProvider: tp})
 	mine := map[string]any{"x-mine": "kept"}
-	id, err := prod.SendTask(context.Background(), "tasks.look", nil, nil, worker.Headers(mine))
+	r, err := prod.Send(context.Background(), "tasks.look", nil, nil, client.Headers(mine))
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := r.ID
 	h.wait(id)
 	pubs := spansNamed(rec, "apply_async/tasks.look")
 	if len(pubs) != 1 || pubs[0].SpanKind() != trace.SpanKindProducer || attr(pubs[0], "messaging.message.id").AsString() != id {
@@ -228,8 +230,8 @@ func TestTracingOffAddsNothing(t *testing.T) {
 		return nil, nil
 	})
 	h.start()
-	stepID := worker.NewID()
-	h.send("tasks.add", []any{int64(1), int64(2)}, nil, worker.Link(protocol.Signature{Task: "tasks.look", Options: map[string]any{"task_id": stepID}}))
+	stepID := protocol.NewID()
+	h.send("tasks.add", []any{int64(1), int64(2)}, nil, client.Link(protocol.Signature{Task: "tasks.look", Options: map[string]any{"task_id": stepID}}))
 	h.wait(stepID)
 	if _, ok := got["traceparent"]; ok {
 		t.Errorf("tracing off, yet the step carries %v", got)

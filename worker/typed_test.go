@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/celeriac/celeriac/backend/memory"
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
 	mtransport "github.com/celeriac/celeriac/transport/memory"
 	"github.com/celeriac/celeriac/worker"
@@ -99,8 +100,8 @@ func ExampleFunc() {
 	go func() { done <- w.Run(ctx) }()
 
 	// What Python's add.delay(2, 3) sends.
-	id, _ := worker.NewProducer(tr, worker.ProducerConfig{}).SendTask(ctx, "tasks.add", []any{2, 3}, nil)
-	m, _ := be.Wait(ctx, id)
+	r, _ := client.New(tr, client.Config{}).Send(ctx, "tasks.add", []any{2, 3}, nil)
+	m, _ := be.Wait(ctx, r.ID)
 	fmt.Println(m.Status, m.Result)
 	cancel()
 	<-done

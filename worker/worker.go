@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/celeriac/celeriac/internal/publish"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 )
@@ -23,7 +24,7 @@ type Worker struct {
 	mux      *Mux
 	cfg      Config
 	log      *zap.Logger
-	producer *Producer
+	producer *publish.Producer
 	tracing  *tracing // nil: tracing off
 
 	started   atomic.Bool
@@ -114,8 +115,8 @@ func New(tr transport.Transport, mux *Mux, cfg Config) (*Worker, error) {
 				zap.String("task_name", name), zap.String("global_rate_limit", o.GlobalRateLimit))
 		}
 	}
-	w.tracing = newTracing(cfg.TracerProvider, cfg.Propagator)
-	w.producer = NewProducer(tr, ProducerConfig{
+	w.tracing = publish.NewTracing(cfg.TracerProvider, cfg.Propagator)
+	w.producer = publish.New(tr, publish.Config{
 		DefaultQueue:   cfg.DefaultQueue,
 		Routes:         routes,
 		Origin:         cfg.Hostname,
@@ -159,10 +160,6 @@ func (w *Worker) concurrency() int {
 
 // Hostname returns the worker's node name.
 func (w *Worker) Hostname() string { return w.cfg.Hostname }
-
-// Producer returns the worker's producer, which publishes tasks with the
-// worker's routes.
-func (w *Worker) Producer() *Producer { return w.producer }
 
 // Close requests a cold shutdown: running tasks' contexts are cancelled
 // (cause ErrShutdown) at once, and Run returns after returning unstarted

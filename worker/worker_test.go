@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	membackend "github.com/celeriac/celeriac/backend/memory"
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/retry"
 	"github.com/celeriac/celeriac/transport"
@@ -187,7 +188,7 @@ func TestCountdownStartsNoEarlier(t *testing.T) {
 	})
 	h.start()
 	sent := time.Now()
-	id := h.send("tasks.stamp", nil, nil, worker.Countdown(300*time.Millisecond))
+	id := h.send("tasks.stamp", nil, nil, client.Countdown(300*time.Millisecond))
 	h.wait(id)
 	if got := time.Unix(0, started.Load()).Sub(sent); got < 300*time.Millisecond {
 		t.Fatalf("countdown=300ms task started after %v", got)
@@ -202,7 +203,7 @@ func TestETATasksDoNotBlockOthers(t *testing.T) {
 	h.start()
 	var later []string
 	for i := 0; i < 5; i++ {
-		later = append(later, h.send("tasks.add", []any{int64(i), int64(0)}, nil, worker.Countdown(time.Hour)))
+		later = append(later, h.send("tasks.add", []any{int64(i), int64(0)}, nil, client.Countdown(time.Hour)))
 	}
 	if m := h.wait(h.send("tasks.add", []any{int64(1), int64(2)}, nil)); m.Result != int64(3) {
 		t.Fatalf("got %v", m.Result)
@@ -224,7 +225,7 @@ func TestExpiredTaskIsRevokedNotRun(t *testing.T) {
 		return nil, nil
 	})
 	h.start()
-	id := h.send("tasks.add", nil, nil, worker.Expires(time.Now().Add(-time.Second)))
+	id := h.send("tasks.add", nil, nil, client.Expires(time.Now().Add(-time.Second)))
 	m := h.wait(id)
 	if m.Status != protocol.StateRevoked || exc(t, m).Type != "TaskRevokedError" || exc(t, m).Message[0] != "expired" {
 		t.Fatalf("got %s %+v", m.Status, m.Result)
@@ -289,9 +290,9 @@ func TestRetryMessageKeepsTheTask(t *testing.T) {
 	cb := protocol.Signature{Task: "tasks.cb", Args: []any{int64(1)}, Options: map[string]any{}}
 	eb := protocol.Signature{Task: "tasks.eb", Options: map[string]any{}}
 	id := h.send("tasks.once", []any{int64(7), "x", []any{1.5, nil}}, map[string]any{"k": map[string]any{"n": true}},
-		worker.ToQueue("other"), worker.Priority(3), worker.TimeLimits(time.Hour, 30*time.Minute),
-		worker.ExpiresIn(time.Hour), worker.Link(cb), worker.LinkError(eb),
-		worker.Headers(map[string]any{"tenant": "acme"}), worker.Parent("parent-1", "root-1"))
+		client.Queue("other"), client.Priority(3), client.TimeLimit(time.Hour, 30*time.Minute),
+		client.Expires(time.Now().Add(time.Hour)), client.Link(cb), client.LinkError(eb),
+		client.Headers(map[string]any{"tenant": "acme"}), client.Parent("parent-1", "root-1"))
 	if m := h.wait(id); m.Status != protocol.StateSuccess {
 		t.Fatalf("got %s %v", m.Status, m.Result)
 	}
@@ -423,7 +424,7 @@ func TestHardTimeLimitFreesTheSlot(t *testing.T) {
 	h.mux.HandleFunc("tasks.add", add)
 	h.start()
 	defer close(release)
-	id := h.send("tasks.stuck", nil, nil, worker.TimeLimits(100*time.Millisecond, 0))
+	id := h.send("tasks.stuck", nil, nil, client.TimeLimit(100*time.Millisecond, 0))
 	m := h.wait(id)
 	if ex := exc(t, m); ex.Type != "TimeLimitExceeded" || ex.Module != "billiard.exceptions" {
 		t.Fatalf("got %+v", ex)
@@ -581,7 +582,7 @@ func TestHeldTaskExpiringBeforeItsETAIsRevokedAtExpiry(t *testing.T) {
 		return nil, nil
 	})
 	h.start()
-	id := h.send("tasks.add", nil, nil, worker.Countdown(time.Hour), worker.Expires(time.Now().Add(100*time.Millisecond)))
+	id := h.send("tasks.add", nil, nil, client.Countdown(time.Hour), client.Expires(time.Now().Add(100*time.Millisecond)))
 	m := h.wait(id) // within the harness timeout, far less than the hour of countdown
 	if m.Status != protocol.StateRevoked || exc(t, m).Message[0] != "expired" || ran.Load() {
 		t.Fatalf("got %s %+v (ran=%v)", m.Status, m.Result, ran.Load())
@@ -661,7 +662,7 @@ func TestIgnoreResultStoresNothingOnSuccess(t *testing.T) {
 	h.mux.HandleFunc("tasks.quietfail", func(ctx context.Context, t *worker.Task) (any, error) { return nil, errBoom }, worker.IgnoreResult(true))
 	h.start()
 	quiet := h.send("tasks.quiet", nil, nil)
-	header := h.send("tasks.loud", nil, nil, worker.IgnoreResultHeader(true)) // the client's ignore_result=True
+	header := h.send("tasks.loud", nil, nil, client.IgnoreResult(true)) // the client's ignore_result=True
 	failing := h.send("tasks.quietfail", nil, nil)
 	h.wait(h.send("tasks.loud", nil, nil))
 	for _, id := range []string{quiet, header, failing} {
@@ -702,14 +703,14 @@ func TestQueueOrderStrictAndWeighted(t *testing.T) {
 			return nil, nil
 		})
 		h.start()
-		first := h.send("tasks.gate", nil, nil, worker.ToQueue("low")) // holds the only slot
+		first := h.send("tasks.gate", nil, nil, client.Queue("low")) // holds the only slot
 		<-gated
 		var ids []string
 		for i := 0; i < 12; i++ {
-			ids = append(ids, h.send("tasks.rec", nil, nil, worker.ToQueue("low")))
+			ids = append(ids, h.send("tasks.rec", nil, nil, client.Queue("low")))
 		}
 		for i := 0; i < 6; i++ {
-			ids = append(ids, h.send("tasks.rec", nil, nil, worker.ToQueue("high")))
+			ids = append(ids, h.send("tasks.rec", nil, nil, client.Queue("high")))
 		}
 		eventually(t, "all received", func() bool { return h.w.Stats().Ready == 18 })
 		close(gate)

@@ -27,8 +27,9 @@ type Backend struct {
 }
 
 var (
-	_ backend.Backend = (*Backend)(nil)
-	_ backend.Chords  = (*Backend)(nil)
+	_ backend.Backend   = (*Backend)(nil)
+	_ backend.Chords    = (*Backend)(nil)
+	_ backend.Forgetter = (*Backend)(nil)
 )
 
 // chordState mirrors Celery's celery-taskset-meta-<gid>.j sorted set and
@@ -78,6 +79,20 @@ func (b *Backend) Store(ctx context.Context, r backend.StoreRequest) error {
 	b.results[m.TaskID] = m
 	close(b.changed)
 	b.changed = make(chan struct{})
+	return nil
+}
+
+// Forget deletes the task's result, as AsyncResult.forget() does.
+func (b *Backend) Forget(ctx context.Context, taskID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return backend.ErrClosed
+	}
+	delete(b.results, taskID)
 	return nil
 }
 

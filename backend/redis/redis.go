@@ -188,6 +188,18 @@ func (b *Backend) Get(ctx context.Context, taskID string) (*protocol.ResultMeta,
 	return m, nil
 }
 
+// Forget deletes the task's result, as AsyncResult.forget() does.
+func (b *Backend) Forget(ctx context.Context, taskID string) error {
+	if err := b.enter(); err != nil {
+		return err
+	}
+	defer b.inflight.Done()
+	if err := b.client.Del(ctx, b.TaskKey(taskID)).Err(); err != nil {
+		return fmt.Errorf("redis backend: forget %s: %w", taskID, err)
+	}
+	return nil
+}
+
 // Wait blocks until the task reaches a ready state (SUCCESS, FAILURE,
 // REVOKED) and returns it, as AsyncResult.get() does on Celery's Redis
 // backend: it subscribes to the result's channel, on which every store

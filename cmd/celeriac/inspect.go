@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
-	"github.com/celeriac/celeriac/worker"
 )
 
 // The remote-control commands, as Celery 5.2's Panel declares them (name,
@@ -239,8 +239,8 @@ func (f *controlFlags) register(cmd *cobra.Command) {
 	fl.BoolVarP(&f.jsonOut, "json", "j", false, "print replies as JSON")
 }
 
-func (f *controlFlags) options() (worker.ControlOptions, error) {
-	o := worker.ControlOptions{Timeout: f.timeout}
+func (f *controlFlags) options() (client.ControlOptions, error) {
+	o := client.ControlOptions{Timeout: f.timeout}
 	for _, d := range strings.Split(f.destination, ",") {
 		if d = strings.TrimSpace(d); d != "" {
 			o.Destination = append(o.Destination, d)
@@ -370,7 +370,7 @@ func broadcast(cmd *cobra.Command, g *globalFlags, f *controlFlags, c remoteCmd,
 		return err
 	}
 	defer conn.Close()
-	ctl := worker.NewControl(conn.Transport)
+	ctl := client.NewControl(conn.Transport)
 	out := cmd.OutOrStdout()
 	if c.noReply {
 		if err := ctl.Cast(ctx, c.name, arguments, o); err != nil {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
-	"github.com/celeriac/celeriac/worker"
 	"github.com/celeriac/celeriac/worker/connect"
 	"github.com/celeriac/celeriac/worker/otelenv"
 )
@@ -103,36 +103,36 @@ func runSend(cmd *cobra.Command, g *globalFlags, f *sendFlags, a []string) error
 		}
 		kwargs = m
 	}
-	var opts []worker.SendOption
+	var opts []client.SendOption
 	if f.countdown > 0 {
-		opts = append(opts, worker.Countdown(seconds(f.countdown)))
+		opts = append(opts, client.Countdown(seconds(f.countdown)))
 	}
 	if f.eta != "" {
 		t, err := protocol.ParseTime(f.eta)
 		if err != nil {
 			return usagef("--eta: %v", err)
 		}
-		opts = append(opts, worker.ETA(t))
+		opts = append(opts, client.ETA(t))
 	}
 	if f.expires > 0 {
-		opts = append(opts, worker.ExpiresIn(seconds(f.expires)))
+		opts = append(opts, client.Expires(time.Now().Add(seconds(f.expires))))
 	}
 	if f.queue != "" {
-		opts = append(opts, worker.ToQueue(f.queue))
+		opts = append(opts, client.Queue(f.queue))
 	}
 	if f.exchange != "" {
-		opts = append(opts, worker.ToExchange(f.exchange, f.routingKey))
+		opts = append(opts, client.Exchange(f.exchange, f.routingKey, ""))
 	}
 	if f.priority != 0 {
-		opts = append(opts, worker.Priority(f.priority))
+		opts = append(opts, client.Priority(f.priority))
 	}
 	if f.taskID != "" {
-		opts = append(opts, worker.TaskID(f.taskID))
+		opts = append(opts, client.TaskID(f.taskID))
 	}
 	switch f.serializer {
 	case "json":
 	case "msgpack":
-		opts = append(opts, worker.Serializer(protocol.ContentTypeMsgpack))
+		opts = append(opts, client.Serializer(protocol.ContentTypeMsgpack))
 	default:
 		return usagef("--serializer must be json or msgpack")
 	}
@@ -145,7 +145,7 @@ func runSend(cmd *cobra.Command, g *globalFlags, f *sendFlags, a []string) error
 	if f.wait && conn.Backend == nil {
 		return usagef("--wait needs a result backend (--result-backend, CELERY_RESULT_BACKEND or result_backend in --config)")
 	}
-	pc := worker.ProducerConfig{DefaultQueue: g.file.TaskDefaultQueue}
+	pc := client.Config{DefaultQueue: g.file.TaskDefaultQueue}
 	tp, err := otelenv.New(ctx, "celeriac-send")
 	if err != nil {
 		return err
@@ -158,11 +158,12 @@ func runSend(cmd *cobra.Command, g *globalFlags, f *sendFlags, a []string) error
 			_ = tp.Shutdown(sctx)
 		}()
 	}
-	p := worker.NewProducer(conn.Transport, pc)
-	id, err := p.SendTask(ctx, name, posargs, kwargs, opts...)
+	p := client.New(conn.Transport, pc)
+	r, err := p.Send(ctx, name, posargs, kwargs, opts...)
 	if err != nil {
 		return err
 	}
+	id := r.ID
 	fmt.Fprintln(cmd.OutOrStdout(), id)
 	if !f.wait {
 		return nil

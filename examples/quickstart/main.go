@@ -26,6 +26,7 @@ import (
 
 	"github.com/celeriac/celeriac/backend"
 	membackend "github.com/celeriac/celeriac/backend/memory"
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/examples/demotasks"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
@@ -105,18 +106,18 @@ func demo(ctx context.Context) ([]row, error) {
 	go func() { done <- w.Run(runCtx) }()
 
 	// The producer side: what Python's send_task / apply_async would send.
-	p := worker.NewProducer(tr, worker.ProducerConfig{DefaultQueue: queue})
+	p := client.New(tr, client.Config{DefaultQueue: queue})
 	type job struct {
 		label string
 		id    string
 	}
 	var jobs []job
-	send := func(label, name string, args []any, opts ...worker.SendOption) {
-		id, err := p.SendTask(ctx, name, args, nil, opts...)
+	send := func(label, name string, args []any, opts ...client.SendOption) {
+		r, err := p.Send(ctx, name, args, nil, opts...)
 		if err != nil {
 			log.Fatal("send", zap.Error(err))
 		}
-		jobs = append(jobs, job{label, id})
+		jobs = append(jobs, job{label, r.ID})
 	}
 	send("add(2, 3)", "tasks.add", []any{2, 3})
 	send("wordcount(text)", "tasks.wordcount", []any{text})
@@ -124,7 +125,7 @@ func demo(ctx context.Context) ([]row, error) {
 	send("sha256('celeriac')", "tasks.sha256", []any{"celeriac"})
 	send("fail('bad input')", "tasks.fail", []any{"bad input"})
 	send("flaky(2): fails twice, retried with backoff", "tasks.flaky", []any{2})
-	send("add(40, 2) with countdown=2s", "tasks.add", []any{40, 2}, worker.Countdown(2*time.Second))
+	send("add(40, 2) with countdown=2s", "tasks.add", []any{40, 2}, client.Countdown(2*time.Second))
 
 	var rows []row
 	for _, j := range jobs {

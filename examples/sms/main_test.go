@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	membackend "github.com/celeriac/celeriac/backend/memory"
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/examples/sms/smsapi"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport/memory"
@@ -100,18 +101,18 @@ func TestSMS(t *testing.T) {
 		}
 	}()
 
-	prod := worker.NewProducer(tr, worker.ProducerConfig{DefaultQueue: "sms"})
+	prod := client.New(tr, client.Config{DefaultQueue: "sms"})
 	send := func(id, to string) string {
 		t.Helper()
 		kw := map[string]any{"message_id": id, "to": to, "body": "hello " + id}
 		if id == "" {
 			kw = map[string]any{"to": to}
 		}
-		tid, err := prod.SendTask(ctx, TaskName, nil, kw)
+		r, err := prod.Send(ctx, TaskName, nil, kw)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return tid
+		return r.ID
 	}
 	wait := func(tid string) *protocol.ResultMeta {
 		t.Helper()

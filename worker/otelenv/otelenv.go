@@ -1,6 +1,6 @@
 // Package otelenv builds an OpenTelemetry TracerProvider from the standard
 // OTEL_* environment variables, for worker.Config.TracerProvider and
-// worker.ProducerConfig.TracerProvider, the way an OpenTelemetry SDK is
+// client.Config.TracerProvider, the way an OpenTelemetry SDK is
 // configured in any language:
 //
 //   - tracing is on when OTEL_TRACES_EXPORTER is "otlp", or when it is unset

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	membackend "github.com/celeriac/celeriac/backend/memory"
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/transport/memory"
 	"github.com/celeriac/celeriac/worker"
 	"github.com/celeriac/celeriac/worker/prommetrics"
@@ -38,16 +39,15 @@ func TestScrapeShowsTheRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	p := worker.NewProducer(tr, worker.ProducerConfig{DefaultQueue: "q"})
+	p := client.New(tr, client.Config{DefaultQueue: "q"})
 	var ids []string
-	for i := 0; i < 5; i++ {
-		id, _ := p.SendTask(context.Background(), "tasks.ok", nil, nil)
-		ids = append(ids, id)
+	for _, name := range []string{"tasks.ok", "tasks.ok", "tasks.ok", "tasks.ok", "tasks.ok", "tasks.bad", "tasks.unknown"} {
+		r, err := p.Send(context.Background(), name, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
 	}
-	id, _ := p.SendTask(context.Background(), "tasks.bad", nil, nil)
-	ids = append(ids, id)
-	id, _ = p.SendTask(context.Background(), "tasks.unknown", nil, nil)
-	ids = append(ids, id)
 	for _, id := range ids {
 		wctx, c := context.WithTimeout(context.Background(), 10*time.Second)
 		if _, err := be.Wait(wctx, id); err != nil {

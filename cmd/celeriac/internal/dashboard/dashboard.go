@@ -26,15 +26,15 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/celeriac/celeriac/backend"
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
-	"github.com/celeriac/celeriac/worker"
 )
 
-// Controller sends remote-control commands; *worker.Control is one.
+// Controller sends remote-control commands; *client.Control is one.
 type Controller interface {
-	Call(ctx context.Context, method string, args map[string]any, o worker.ControlOptions) ([]worker.Reply, error)
-	Cast(ctx context.Context, method string, args map[string]any, o worker.ControlOptions) error
+	Call(ctx context.Context, method string, args map[string]any, o client.ControlOptions) ([]client.Reply, error)
+	Cast(ctx context.Context, method string, args map[string]any, o client.ControlOptions) error
 }
 
 // Options configure a Dashboard.
@@ -50,7 +50,7 @@ type Options struct {
 	// Inspector, when set, reports queue details beyond the depth
 	// transport.Admin gives (consumers, priorities).
 	Inspector QueueInspector
-	// Control sends remote-control commands; default worker.NewControl(Transport).
+	// Control sends remote-control commands; default client.NewControl(Transport).
 	Control Controller
 	// Queues are shown on the queues and dead-letters pages in addition to
 	// those the workers report consuming.
@@ -104,7 +104,7 @@ func New(o Options) (*Dashboard, error) {
 		o.Logger = zap.NewNop()
 	}
 	if o.Control == nil {
-		o.Control = worker.NewControl(o.Transport)
+		o.Control = client.NewControl(o.Transport)
 	}
 	if o.RefreshEvery <= 0 {
 		o.RefreshEvery = 10 * time.Second
@@ -136,7 +136,7 @@ func (d *Dashboard) Store() *Store { return d.store }
 func (d *Dashboard) Run(ctx context.Context) error {
 	sub, err := d.o.Transport.Subscribe(ctx, transport.Broadcast{
 		Exchange: "celeryev", ExchangeType: transport.Topic, BindingKey: "#",
-		Queue: "celeryev.celeriac-dashboard-" + worker.NewID(),
+		Queue: "celeryev.celeriac-dashboard-" + protocol.NewID(),
 		// As Celery's monitors: the queue goes when the dashboard does.
 		QueueArguments: map[string]any{"x-expires": int64(60000), "x-message-ttl": int64(60000)},
 	})
@@ -228,7 +228,7 @@ func (d *Dashboard) refreshLoop(ctx context.Context) {
 // refresh asks the workers for their pool and queues, turns on task events
 // when asked to, and samples the queues.
 func (d *Dashboard) refresh(ctx context.Context) {
-	co := worker.ControlOptions{Timeout: d.o.ControlTimeout}
+	co := client.ControlOptions{Timeout: d.o.ControlTimeout}
 	if d.o.EnableEvents {
 		if err := d.o.Control.Cast(ctx, "enable_events", nil, co); err != nil && ctx.Err() == nil {
 			d.log.Debug("enable_events failed", zap.Error(err))

@@ -19,10 +19,10 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 	"github.com/celeriac/celeriac/transport/memory"
-	"github.com/celeriac/celeriac/worker"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -166,21 +166,21 @@ type fakeControl struct {
 	calls []string
 }
 
-func (f *fakeControl) Call(_ context.Context, method string, args map[string]any, o worker.ControlOptions) ([]worker.Reply, error) {
+func (f *fakeControl) Call(_ context.Context, method string, args map[string]any, o client.ControlOptions) ([]client.Reply, error) {
 	f.record(method, args, o)
 	host := "w1@host"
 	if len(o.Destination) > 0 {
 		host = o.Destination[0]
 	}
-	return []worker.Reply{{Hostname: host, Value: map[string]any{"ok": "done <b>"}}}, nil
+	return []client.Reply{{Hostname: host, Value: map[string]any{"ok": "done <b>"}}}, nil
 }
 
-func (f *fakeControl) Cast(_ context.Context, method string, args map[string]any, o worker.ControlOptions) error {
+func (f *fakeControl) Cast(_ context.Context, method string, args map[string]any, o client.ControlOptions) error {
 	f.record(method, args, o)
 	return nil
 }
 
-func (f *fakeControl) record(method string, args map[string]any, o worker.ControlOptions) {
+func (f *fakeControl) record(method string, args map[string]any, o client.ControlOptions) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	b, _ := json.Marshal(args)

@@ -18,10 +18,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/celeriac/celeriac/backend"
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/cmd/celeriac/internal/deadletter"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
-	"github.com/celeriac/celeriac/worker"
 )
 
 //go:embed templates/*.html static/*
@@ -659,7 +659,7 @@ func (d *Dashboard) workerAction(w http.ResponseWriter, r *http.Request) {
 	}
 	// One named worker: the call returns at its reply, so a busy worker
 	// may take longer than a broadcast's collection time.
-	o := worker.ControlOptions{Destination: []string{host}, Limit: 1, Timeout: max(d.o.ControlTimeout, 5*time.Second)}
+	o := client.ControlOptions{Destination: []string{host}, Limit: 1, Timeout: max(d.o.ControlTimeout, 5*time.Second)}
 	if op == "shutdown" {
 		if err := d.o.Control.Cast(r.Context(), method, args, o); err != nil {
 			done(w, r, "/workers", "shutdown: "+err.Error())
@@ -673,7 +673,7 @@ func (d *Dashboard) workerAction(w http.ResponseWriter, r *http.Request) {
 }
 
 // replyText sums up remote-control replies for a person.
-func replyText(replies []worker.Reply, err error) string {
+func replyText(replies []client.Reply, err error) string {
 	if err != nil {
 		return "error: " + err.Error()
 	}
@@ -712,7 +712,7 @@ func (d *Dashboard) revokeAction(w http.ResponseWriter, r *http.Request) {
 		args["terminate"], args["signal"] = true, "SIGTERM"
 		what = "revoke (terminate)"
 	}
-	replies, err := d.o.Control.Call(r.Context(), "revoke", args, worker.ControlOptions{Timeout: d.o.ControlTimeout})
+	replies, err := d.o.Control.Call(r.Context(), "revoke", args, client.ControlOptions{Timeout: d.o.ControlTimeout})
 	done(w, r, "/task/"+url.PathEscape(id), what+" "+id+": "+replyText(replies, err))
 }
 

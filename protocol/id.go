@@ -1,15 +1,11 @@
-package worker
+package protocol
 
-import (
-	"crypto/rand"
-
-	"github.com/celeriac/celeriac/protocol"
-)
+import "crypto/rand"
 
 // NewID returns a random (version 4) UUID string, the form Celery uses for
-// task ids.
+// task, group and message ids.
 func NewID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	return protocol.UUID4(b).String()
+	return UUID4(b).String()
 }

@@ -1,4 +1,4 @@
-package worker
+package client
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/celeriac/celeriac/internal/publish"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 )
@@ -17,9 +18,16 @@ import (
 // inspect` do: a broadcast on the celery.pidbox exchange, replies collected
 // on a private reply queue.
 type Control struct {
-	tr    transport.Transport
-	clock clock
+	tr transport.Transport
+	// clock is the Lamport clock kombu's pidbox messages carry.
+	clock publish.Clock
 }
+
+// The exchanges of Celery's remote control (kombu's pidbox).
+const (
+	pidboxExchange = "celery.pidbox"
+	replyExchange  = "reply.celery.pidbox"
+)
 
 // NewControl returns a Control that talks through tr.
 func NewControl(tr transport.Transport) *Control { return &Control{tr: tr} }
@@ -50,7 +58,7 @@ func (c *Control) Call(ctx context.Context, method string, args map[string]any, 
 	if o.Timeout <= 0 {
 		o.Timeout = time.Second
 	}
-	oid := NewID()
+	oid := publish.NewID()
 	cons, err := c.tr.Consume(ctx, []transport.Queue{{
 		Name:         oid + ".reply.celery.pidbox",
 		Exchange:     replyExchange,
@@ -60,7 +68,7 @@ func (c *Control) Call(ctx context.Context, method string, args map[string]any, 
 		Arguments: map[string]any{"x-expires": int64(10000), "x-message-ttl": int64(300000)},
 	}}, transport.ConsumeOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("worker: control reply queue: %w", err)
+		return nil, fmt.Errorf("client: control reply queue: %w", err)
 	}
 	defer func() {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -72,8 +80,8 @@ func (c *Control) Call(ctx context.Context, method string, args map[string]any, 
 			_, _ = a.Purge(stopCtx, oid+".reply.celery.pidbox")
 		}
 	}()
-	ticket := NewID()
-	if err := c.publish(ctx, method, args, o, ticket, oid); err != nil {
+	ticket := publish.NewID()
+	if err := publishControl(ctx, c.tr, &c.clock, method, args, o, ticket, oid); err != nil {
 		return nil, err
 	}
 	var replies []Reply
@@ -92,8 +100,8 @@ func (c *Control) Call(ctx context.Context, method string, args map[string]any, 
 			if t, _ := d.Message.Headers["ticket"].(string); t != ticket {
 				continue
 			}
-			if v, ok := toInt(d.Message.Headers["clock"]); ok {
-				c.clock.adjust(int64(v))
+			if v, ok := publish.ToInt(d.Message.Headers["clock"]); ok {
+				c.clock.Adjust(int64(v))
 			}
 			body, err := protocol.Unmarshal(d.Message.ContentType, d.Message.Body, protocol.DecodeOptions{})
 			if err != nil {
@@ -117,15 +125,22 @@ func (c *Control) Call(ctx context.Context, method string, args map[string]any, 
 // Cast broadcasts a command without waiting for replies (shutdown,
 // rate_limit, ...).
 func (c *Control) Cast(ctx context.Context, method string, args map[string]any, o ControlOptions) error {
-	return c.publish(ctx, method, args, o, "", "")
+	return publishControl(ctx, c.tr, &c.clock, method, args, o, "", "")
 }
 
-func (c *Control) publish(ctx context.Context, method string, args map[string]any, o ControlOptions, ticket, oid string) error {
+// publishControl broadcasts one pidbox command; with a ticket, replies go
+// to the reply queue routed by oid.
+func publishControl(ctx context.Context, pub Publisher, clock *publish.Clock, method string, args map[string]any, o ControlOptions, ticket, oid string) error {
 	if method == "" {
-		return errors.New("worker: empty control method")
+		return errors.New("client: empty control method")
 	}
 	if args == nil {
 		args = map[string]any{}
+	}
+	if o.Timeout <= 0 {
+		// kombu discards a command whose expires header has passed; a cast
+		// gets the 1 s Python's broadcast gives it.
+		o.Timeout = time.Second
 	}
 	body := map[string]any{
 		"method": method, "arguments": args, "destination": nil, "pattern": nil, "matcher": nil,
@@ -154,12 +169,12 @@ func (c *Control) publish(ctx context.Context, method string, args map[string]an
 		return err
 	}
 	host, _ := os.Hostname()
-	return c.tr.Publish(ctx, &transport.Publishing{
+	return pub.Publish(ctx, &transport.Publishing{
 		Exchange: pidboxExchange, ExchangeType: transport.Fanout, NoConfirm: true,
 		Message: protocol.Message{
 			ContentType: protocol.ContentTypeJSON, ContentEncoding: "utf-8",
 			Headers: map[string]any{
-				"clock":   c.clock.tick(),
+				"clock":   clock.Tick(),
 				"expires": float64(time.Now().Add(o.Timeout).UnixNano()) / 1e9,
 			},
 			Properties: protocol.Properties{DeliveryMode: 1, ReplyTo: "gen" + strconv.Itoa(os.Getpid()) + "@" + host},

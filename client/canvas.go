@@ -1,0 +1,172 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/celeriac/celeriac/backend"
+	"github.com/celeriac/celeriac/internal/publish"
+	"github.com/celeriac/celeriac/protocol"
+)
+
+// Chain returns chain(steps...): each step is sent when the previous one
+// succeeded, with its result prepended to the step's arguments (unless the
+// step is immutable). A group followed by another step becomes a chord
+// whose body is that step, as in Celery. Apply returns the last step's
+// result.
+func Chain(steps ...Signature) Signature {
+	tasks := make([]any, 0, len(steps))
+	for i := 0; i < len(steps); i++ {
+		s := steps[i]
+		if s.SubtaskType == "group" && i+1 < len(steps) {
+			members, _ := publish.SignatureList(s.Kwargs["tasks"])
+			s = Chord(members, steps[i+1])
+			i++
+		}
+		tasks = append(tasks, s.Value())
+	}
+	return canvas("celery.chain", "chain", map[string]any{"tasks": tasks})
+}
+
+// Group returns group(members...): the members run in parallel and
+// ApplyGroup returns their results in order.
+func Group(members ...Signature) Signature {
+	tasks := make([]any, len(members))
+	for i := range members {
+		tasks[i] = members[i].Value()
+	}
+	return canvas("celery.group", "group", map[string]any{"tasks": tasks})
+}
+
+// Chord returns chord(header)(body): the header's tasks run in parallel,
+// and when all have succeeded the body is sent with the list of their
+// results (in header order) prepended to its arguments. If one fails, the
+// body fails with ChordError. Chords need a result backend that counts
+// their parts (backend/redis), on the workers and on this Client. Apply
+// returns the body's result.
+func Chord(header []Signature, body Signature) Signature {
+	return canvas("celery.chord", "chord", map[string]any{
+		"header": Group(header...).Value(),
+		"body":   body.Value(),
+		"kwargs": map[string]any{},
+	})
+}
+
+func canvas(task, kind string, kwargs map[string]any) Signature {
+	return Signature{Task: task, SubtaskType: kind, Args: []any{}, Kwargs: kwargs, Options: map[string]any{}}
+}
+
+// Apply sends a signature: a single task, a chain or a chord, and returns
+// the result of its last task (the chain's last step, the chord's body), as
+// Python's apply_async does. Task ids are assigned before anything is
+// sent, so every step can be waited for. Groups go through ApplyGroup.
+func (c *Client) Apply(ctx context.Context, s Signature) (*AsyncResult, error) {
+	if s.SubtaskType == "group" {
+		return nil, errors.New("client: Apply of a group: use ApplyGroup, which returns a GroupResult")
+	}
+	s, ids, err := c.freeze(s)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.applier(ctx).Apply(s, nil, publish.Call{}); err != nil {
+		return nil, err
+	}
+	return c.AsyncResult(ids[len(ids)-1]), nil
+}
+
+// ApplyGroup sends a group and returns its members' results in order.
+func (c *Client) ApplyGroup(ctx context.Context, g Signature) (*GroupResult, error) {
+	if g.SubtaskType != "group" {
+		return nil, fmt.Errorf("client: ApplyGroup of a %q signature: want a group", g.Task)
+	}
+	g, ids, err := c.freeze(g)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.applier(ctx).Apply(g, nil, publish.Call{}); err != nil {
+		return nil, err
+	}
+	gid, _ := g.Options["task_id"].(string)
+	return c.GroupResult(gid, ids...), nil
+}
+
+func (c *Client) applier(ctx context.Context) *publish.Applier {
+	a := &publish.Applier{
+		P: c.p,
+		Publish: func(m *protocol.TaskMessage, dest publish.Destination, o *publish.Options) error {
+			return c.p.Publish(ctx, m, dest, o.Serializer, o.Compression)
+		},
+	}
+	if ch, ok := c.be.(backend.Chords); ok {
+		a.SetChordSize = func(gid string, n int) error { return ch.SetChordSize(ctx, gid, n) }
+	}
+	return a
+}
+
+// freeze gives every task of s an id and this client's reply_to, as
+// Python's freeze does before sending, and returns the ids of the results
+// Apply reports: the last one is the canvas's result; for a group, its
+// members' in order.
+func (c *Client) freeze(s Signature) (Signature, []string, error) {
+	s = s.Clone()
+	if s.Options == nil {
+		s.Options = map[string]any{}
+	}
+	if id, _ := s.Options["task_id"].(string); id == "" {
+		s.Options["task_id"] = publish.NewID()
+	}
+	if rt := c.p.ReplyTo(); rt != "" && s.Options["reply_to"] == nil {
+		s.Options["reply_to"] = rt
+	}
+	switch s.SubtaskType {
+	case "", "signature":
+		return s, []string{s.TaskID()}, nil
+	case "chain", "group":
+		tasks, err := publish.SignatureList(s.Kwargs["tasks"])
+		if err != nil || len(tasks) == 0 {
+			return s, nil, fmt.Errorf("client: %s without tasks: %v", s.SubtaskType, err)
+		}
+		vals := make([]any, len(tasks))
+		var ids []string
+		for i, t := range tasks {
+			t, got, err := c.freeze(t)
+			if err != nil {
+				return s, nil, err
+			}
+			vals[i] = t.Value()
+			if s.SubtaskType == "group" {
+				if t.SubtaskType == "group" {
+					return s, nil, errors.New("client: a group inside a group is not supported")
+				}
+				ids = append(ids, got[len(got)-1])
+			} else {
+				ids = got
+			}
+		}
+		s.Kwargs["tasks"] = vals
+		if s.SubtaskType == "chain" && tasks[len(tasks)-1].SubtaskType == "group" {
+			return s, nil, errors.New("client: a chain that ends in a group is not supported; apply the group after the chain")
+		}
+		return s, ids, nil
+	case "chord":
+		header, err := protocol.DecodeSignature(s.Kwargs["header"])
+		if err != nil {
+			return s, nil, fmt.Errorf("client: chord header: %w", err)
+		}
+		body, err := protocol.DecodeSignature(s.Kwargs["body"])
+		if err != nil {
+			return s, nil, fmt.Errorf("client: chord body: %w", err)
+		}
+		if header, _, err = c.freeze(header); err != nil {
+			return s, nil, err
+		}
+		body, ids, err := c.freeze(body)
+		if err != nil {
+			return s, nil, err
+		}
+		s.Kwargs["header"], s.Kwargs["body"] = header.Value(), body.Value()
+		return s, ids, nil
+	}
+	return s, nil, fmt.Errorf("client: cannot send a %q signature", s.SubtaskType)
+}

@@ -1,0 +1,184 @@
+package publish
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/celeriac/celeriac/protocol"
+)
+
+// Call holds the options a caller adds when applying a signature, as in
+// sig.apply_async((retval,), parent_id=..., root_id=..., chain=...).
+type Call struct {
+	ParentID string
+	RootID   string
+	// Chain is set (possibly to an empty, non-nil slice) when the caller
+	// passes the remaining chain; HasChain says so.
+	Chain    []protocol.Signature
+	HasChain bool
+	Priority *int
+	GroupID  string
+	// GroupIndex is set for chord header members.
+	GroupIndex *int
+	Chord      *protocol.Signature
+	// Queue is the queue of the task that applies the signature: where its
+	// messages go when nothing routes them.
+	Queue string
+}
+
+// Message turns a plain signature into a task message and its
+// destination, following Signature.apply_async: extra args are prepended
+// unless the signature is immutable, options from the signature apply, and
+// the caller's parent/root ids fill in what the signature leaves unset.
+func (p *Producer) Message(sig protocol.Signature, extra []any, c Call, now time.Time) (*protocol.TaskMessage, Destination, *Options, error) {
+	o, err := FromSignature(sig.Options, now)
+	if err != nil {
+		return nil, Destination{}, nil, fmt.Errorf("celeriac: signature %s options: %w", sig.Task, err)
+	}
+	args := sig.Args
+	if !sig.Immutable && len(extra) > 0 {
+		args = append(append(make([]any, 0, len(extra)+len(sig.Args)), extra...), sig.Args...)
+	}
+	if o.ParentID == "" {
+		o.ParentID = c.ParentID
+	}
+	if o.RootID == "" {
+		o.RootID = c.RootID
+	}
+	if c.HasChain {
+		o.Chain = c.Chain
+	}
+	if c.Priority != nil {
+		o.Priority = *c.Priority
+	}
+	if c.GroupID != "" {
+		o.GroupID = c.GroupID
+		o.GroupIndex = c.GroupIndex
+	}
+	if c.Chord != nil {
+		o.Chord = c.Chord
+	}
+	o.FallbackQueue = c.Queue
+	m, dest := p.Build(sig.Task, args, sig.Kwargs, o, now)
+	return m, dest, o, nil
+}
+
+// ErrNoChords: the result backend cannot count chord parts, so a chord
+// applied with it would never fire its body.
+var ErrNoChords = errors.New("celeriac: chords need a result backend that counts chord parts (the Redis backend)")
+
+// Applier applies signatures as Celery's apply_async does: plain
+// signatures become one message; group, chain and chord signatures are
+// expanded. Its hooks do the I/O, so that the worker can run each step in
+// its settle budget.
+type Applier struct {
+	P *Producer
+	// Publish sends one message.
+	Publish func(m *protocol.TaskMessage, dest Destination, o *Options) error
+	// SetChordSize records a chord's size before its header is sent; nil
+	// means chords are refused with ErrNoChords.
+	SetChordSize func(groupID string, size int) error
+}
+
+// Apply publishes sig and returns the ids of what it published, in order.
+func (a *Applier) Apply(sig protocol.Signature, extra []any, c Call) ([]string, error) {
+	switch sig.SubtaskType {
+	case "", "signature":
+		m, dest, o, err := a.P.Message(sig, extra, c, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		if err := a.Publish(m, dest, o); err != nil {
+			return nil, err
+		}
+		return []string{m.ID}, nil
+	case "group":
+		return a.applyGroup(sig, extra, c)
+	case "chain":
+		tasks, err := SignatureList(sig.Kwargs["tasks"])
+		if err != nil || len(tasks) == 0 {
+			return nil, fmt.Errorf("celeriac: chain signature without tasks: %v", err)
+		}
+		// The first step runs now; the rest ride along reversed, as Celery
+		// lays out embed.chain.
+		rest := make([]protocol.Signature, 0, len(tasks)-1)
+		for i := len(tasks) - 1; i >= 1; i-- {
+			rest = append(rest, tasks[i])
+		}
+		if c.HasChain {
+			rest = append(append([]protocol.Signature(nil), c.Chain...), rest...)
+		}
+		c.Chain, c.HasChain = rest, true
+		return a.Apply(tasks[0], extra, c)
+	case "chord":
+		return a.applyChord(sig, extra, c)
+	}
+	return nil, fmt.Errorf("celeriac: cannot apply a %q signature", sig.SubtaskType)
+}
+
+func (a *Applier) applyGroup(sig protocol.Signature, extra []any, c Call) ([]string, error) {
+	tasks, err := SignatureList(sig.Kwargs["tasks"])
+	if err != nil {
+		return nil, fmt.Errorf("celeriac: group signature: %w", err)
+	}
+	gid, _ := sig.Options["task_id"].(string)
+	if gid == "" {
+		gid = NewID()
+	}
+	var ids []string
+	for _, t := range tasks {
+		cc := c
+		cc.GroupID = gid
+		cc.GroupIndex = nil
+		got, err := a.Apply(t, extra, cc)
+		ids = append(ids, got...)
+		if err != nil {
+			return ids, err
+		}
+	}
+	return ids, nil
+}
+
+func (a *Applier) applyChord(sig protocol.Signature, extra []any, c Call) ([]string, error) {
+	header, err := protocol.DecodeSignature(sig.Kwargs["header"])
+	if err != nil {
+		return nil, fmt.Errorf("celeriac: chord header: %w", err)
+	}
+	body, err := protocol.DecodeSignature(sig.Kwargs["body"])
+	if err != nil {
+		return nil, fmt.Errorf("celeriac: chord body: %w", err)
+	}
+	tasks, err := SignatureList(header.Kwargs["tasks"])
+	if err != nil {
+		return nil, fmt.Errorf("celeriac: chord header tasks: %w", err)
+	}
+	if body.Options == nil {
+		body.Options = map[string]any{}
+	}
+	if id, _ := body.Options["task_id"].(string); id == "" {
+		body.Options["task_id"] = NewID()
+	}
+	gid, _ := header.Options["task_id"].(string)
+	if gid == "" {
+		gid = NewID()
+	}
+	if a.SetChordSize == nil {
+		return nil, ErrNoChords
+	}
+	if err := a.SetChordSize(gid, len(tasks)); err != nil {
+		return nil, fmt.Errorf("celeriac: chord size: %w", err)
+	}
+	var ids []string
+	for i, t := range tasks {
+		idx := i
+		cc := c
+		cc.GroupID, cc.GroupIndex, cc.Chord = gid, &idx, &body
+		got, err := a.Apply(t, extra, cc)
+		ids = append(ids, got...)
+		if err != nil {
+			return ids, err
+		}
+	}
+	return ids, nil
+}
