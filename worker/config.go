@@ -24,9 +24,74 @@ import (
 // (worker_concurrency, worker_prefetch_multiplier, task_acks_late, ...). The
 // zero value of each field means the default documented on it.
 type Config struct {
+	// The ten settings most workers set; the groups below are for tuning.
+
 	// Queues to consume (Celery's -Q), in priority order when QueueOrder is
 	// Strict or Weighted. Default: ["celery"].
 	Queues []string
+	// Concurrency is how many tasks run at once (worker_concurrency).
+	// Default: the number of CPUs, as Celery.
+	Concurrency int
+	// Backend stores task states and results; nil stores nothing (as
+	// ignore_result for every task).
+	Backend backend.Backend
+	// Hostname is the node name (Celery's -n), with %h (host), %n (host name
+	// part) and %d (domain) expanded. Default "celery@%h".
+	Hostname string
+	// Logger receives the worker's logs; nil means no logging.
+	Logger *zap.Logger
+	// AcksLate acknowledges after the task ran instead of when it starts
+	// (task_acks_late). With AcksLate a crash means redelivery.
+	AcksLate bool
+	// TimeLimit and SoftTimeLimit are the default per-task limits
+	// (task_time_limit, task_soft_time_limit); zero means none. The message's
+	// timelimit header and task options override them.
+	TimeLimit     time.Duration
+	SoftTimeLimit time.Duration
+	// Retry is the default retry policy of tasks registered without one.
+	// The zero Policy is Celery's default: explicit retries (retry.After,
+	// ...) are honoured with max_retries 3; other errors fail at once.
+	Retry retry.Policy
+	// PrefetchMultiplier: the transport hands out at most
+	// Concurrency*PrefetchMultiplier unsettled messages
+	// (worker_prefetch_multiplier). Default 4; negative means unlimited.
+	PrefetchMultiplier int
+	// SendTaskEvents sends task events (task-received, -started,
+	// -succeeded, -failed, -retried, -rejected, -revoked) for monitors such
+	// as Flower: Celery's -E. The enable_events / disable_events control
+	// commands switch them at run time.
+	SendTaskEvents bool
+
+	// Results.
+
+	// ResultExtended writes name, args, kwargs, worker, retries and queue into
+	// result documents (result_extended).
+	ResultExtended bool
+	// TrackStarted stores STARTED when a task starts (task_track_started).
+	TrackStarted bool
+	// IgnoreResult stores nothing on success (task_ignore_result); failures
+	// are still stored when StoreErrorsEvenIfIgnored is set.
+	IgnoreResult             bool
+	StoreErrorsEvenIfIgnored bool
+
+	// Failures and shutdown.
+
+	// AcksOnFailure acknowledges the message of a task that failed for good
+	// (retries exhausted, a permanent error, a hard time limit), as Celery
+	// does by default (task_acks_on_failure_or_timeout=True). celeriac's
+	// default, false, dead-letters it instead: basic.reject without requeue
+	// on RabbitMQ, so the queue's dead-letter exchange catches it; the
+	// dead-letter list on Redis. It applies to messages still held when the
+	// task fails, that is acks_late tasks; an early-acked message is gone
+	// once its task starts, as in Celery.
+	AcksOnFailure bool
+	// ShutdownTimeout bounds the wait for running tasks at a warm shutdown;
+	// after it their contexts are cancelled and unsettled messages go back to
+	// the broker. Default 30 s.
+	ShutdownTimeout time.Duration
+
+	// Queues and routing.
+
 	// QueueOrder says which queue a free slot takes from: arrival order
 	// across queues (default; what Celery does), QueueOrderStrict (the first
 	// queue in Queues that has work, always) or QueueOrderWeighted (smooth
@@ -47,84 +112,6 @@ type Config struct {
 	// Celery) or transport.Topic, which Celery 5.5's native delayed delivery
 	// on quorum queues needs (see transport/amqp.Config.DelayedDelivery).
 	ExchangeType string
-
-	// Concurrency is how many tasks run at once (worker_concurrency).
-	// Default: the number of CPUs, as Celery.
-	Concurrency int
-	// PrefetchMultiplier: the transport hands out at most
-	// Concurrency*PrefetchMultiplier unsettled messages
-	// (worker_prefetch_multiplier). Default 4; negative means unlimited.
-	PrefetchMultiplier int
-	// ETATaskLimit bounds how many countdown/ETA tasks are held in memory
-	// (Celery 5.6's worker_eta_task_limit). Each held task raises the prefetch
-	// by one, up to this many; beyond it held tasks occupy prefetch slots, so a
-	// flood of future tasks slows fetching instead of exhausting memory.
-	// Default 10 000; negative means unlimited.
-	ETATaskLimit int
-
-	// Hostname is the node name (Celery's -n), with %h (host), %n (host name
-	// part) and %d (domain) expanded. Default "celery@%h".
-	Hostname string
-
-	// Backend stores task states and results; nil stores nothing (as
-	// ignore_result for every task).
-	Backend backend.Backend
-	// ResultExtended writes name, args, kwargs, worker, retries and queue into
-	// result documents (result_extended).
-	ResultExtended bool
-	// TrackStarted stores STARTED when a task starts (task_track_started).
-	TrackStarted bool
-	// IgnoreResult stores nothing on success (task_ignore_result); failures
-	// are still stored when StoreErrorsEvenIfIgnored is set.
-	IgnoreResult             bool
-	StoreErrorsEvenIfIgnored bool
-
-	// AcksLate acknowledges after the task ran instead of when it starts
-	// (task_acks_late). With AcksLate a crash means redelivery.
-	AcksLate bool
-	// DeadLetterOnFailure dead-letters the message of a task that failed for
-	// good (retries exhausted, a permanent error, a hard time limit) instead
-	// of acknowledging it: basic.reject without requeue on RabbitMQ, so the
-	// queue's dead-letter exchange catches it; the dead-letter list on Redis.
-	// Default true. Bool(false) is Celery's behaviour
-	// (task_acks_on_failure_or_timeout=True: plain ack). It applies to
-	// messages still held when the task fails, that is acks_late tasks; an
-	// early-acked message is gone once its task starts, as in Celery.
-	DeadLetterOnFailure *bool
-
-	// Retry is the default retry policy of tasks registered without one.
-	// The zero Policy is Celery's default: explicit retries (retry.After,
-	// ...) are honoured with max_retries 3; other errors fail at once.
-	Retry retry.Policy
-
-	// GlobalRateLimiter enforces the global rate limits of tasks registered
-	// with GlobalRateLimit, across every worker that shares it (a Redis
-	// token bucket: backend/redis).
-	GlobalRateLimiter backend.RateLimiter
-
-	// TimeLimit and SoftTimeLimit are the default per-task limits
-	// (task_time_limit, task_soft_time_limit); zero means none. The message's
-	// timelimit header and task options override them.
-	TimeLimit     time.Duration
-	SoftTimeLimit time.Duration
-
-	// ShutdownTimeout bounds the wait for running tasks at a warm shutdown;
-	// after it their contexts are cancelled and unsettled messages go back to
-	// the broker. Default 30 s.
-	ShutdownTimeout time.Duration
-
-	// Accept lists accepted content types (accept_content). Default JSON and
-	// msgpack. Pickle is always refused.
-	Accept []string
-	// MaxMessageSize bounds a message body in bytes, after decompression
-	// (default 64 MiB), and MaxNestingDepth the nesting of its arrays and
-	// maps (default 256; at most protocol.MaxDepthLimit). Bigger or deeper
-	// messages are refused before they are decoded further and
-	// dead-lettered with reason "too-large" or "too-deep"; FAILURE is stored
-	// for their task id. Negative values are configuration errors.
-	MaxMessageSize  int
-	MaxNestingDepth int
-
 	// Routes maps task names to queues for tasks the worker publishes (chain
 	// steps, callbacks, errbacks, chord bodies) without an explicit queue,
 	// like Celery's task_routes. A Go worker cannot read the Python app's
@@ -137,11 +124,32 @@ type Config struct {
 	// go when no route names a queue (see Routes).
 	DefaultQueue string
 
-	// SendTaskEvents sends task events (task-received, -started,
-	// -succeeded, -failed, -retried, -rejected, -revoked) for monitors such
-	// as Flower: Celery's -E. The enable_events / disable_events control
-	// commands switch them at run time.
-	SendTaskEvents bool
+	// Limits.
+
+	// ETATaskLimit bounds how many countdown/ETA tasks are held in memory
+	// (Celery 5.6's worker_eta_task_limit). Each held task raises the prefetch
+	// by one, up to this many; beyond it held tasks occupy prefetch slots, so a
+	// flood of future tasks slows fetching instead of exhausting memory.
+	// Default 10 000; negative means unlimited.
+	ETATaskLimit int
+	// GlobalRateLimiter enforces the global rate limits of tasks registered
+	// with GlobalRateLimit, across every worker that shares it (a Redis
+	// token bucket: backend/redis).
+	GlobalRateLimiter backend.RateLimiter
+	// Accept lists accepted content types (accept_content). Default JSON and
+	// msgpack. Pickle is always refused.
+	Accept []string
+	// MaxMessageSize bounds a message body in bytes, after decompression
+	// (default 64 MiB), and MaxNestingDepth the nesting of its arrays and
+	// maps (default 256; at most protocol.MaxDepthLimit). Bigger or deeper
+	// messages are refused before they are decoded further and
+	// dead-lettered with reason "too-large" or "too-deep"; FAILURE is stored
+	// for their task id. Negative values are configuration errors.
+	MaxMessageSize  int
+	MaxNestingDepth int
+
+	// Monitoring, remote control and tracing.
+
 	// WithoutHeartbeat disables the worker events (worker-online,
 	// worker-heartbeat every HeartbeatInterval, worker-offline) that Celery
 	// sends by default.
@@ -150,13 +158,9 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// WithoutControl disables remote control (celery inspect / control).
 	WithoutControl bool
-
 	// Observer is told about received, waiting, started and finished tasks
 	// (for metrics; see worker/prommetrics). Nil means none.
 	Observer Observer
-
-	// Logger receives the worker's logs; nil means no logging.
-	Logger *zap.Logger
 	// TracerProvider turns on OpenTelemetry tracing, as
 	// opentelemetry-instrumentation-celery does it in Python: each run is a
 	// CONSUMER span "run/<task name>", a child of the context its message
@@ -168,7 +172,6 @@ type Config struct {
 	// Propagator reads and writes the context in message headers. Default:
 	// W3C trace context and baggage (OpenTelemetry's default propagators).
 	Propagator propagation.TextMapPropagator
-
 	// BaseContext returns the context handlers' contexts derive from. It is
 	// never cancelled by shutdown (see ShutdownTimeout). Default:
 	// context.Background.
@@ -285,10 +288,6 @@ func (c Config) queue(name string) transport.Queue {
 	return q
 }
 
-func (c Config) deadLetterOnFailure() bool {
-	return c.DeadLetterOnFailure == nil || *c.DeadLetterOnFailure
-}
-
 // ExpandHostname expands Celery's node-name keys: %h (full host name), %n
 // (the part before the first dot) and %d (the domain, after it). %% is a
 // percent sign.
@@ -329,9 +328,6 @@ func (c Config) weights() []int {
 	}
 	return w
 }
-
-// Bool returns a pointer to v, for the optional boolean fields of Config.
-func Bool(v bool) *bool { return &v }
 
 func (c Config) String() string {
 	return fmt.Sprintf("worker{queues=%v concurrency=%d prefetch=%d hostname=%s}", c.Queues, c.Concurrency, c.prefetch(), c.Hostname)

@@ -714,10 +714,10 @@ func (w *Worker) trackStarted(o TaskOptions) bool {
 }
 
 func (w *Worker) deadLetterOnFailure(o TaskOptions) bool {
-	if o.DeadLetterOnFailure != nil {
-		return *o.DeadLetterOnFailure
+	if o.AcksOnFailure != nil {
+		return !*o.AcksOnFailure
 	}
-	return w.cfg.deadLetterOnFailure()
+	return !w.cfg.AcksOnFailure
 }
 
 // store writes a state for the running task.

@@ -16,7 +16,7 @@ import (
 //   - [Reject]: the message is rejected (requeued or dead-lettered).
 //   - [ErrIgnore]: the message is acknowledged and no state is stored.
 //   - anything else: FAILURE (dead-lettered when terminal, see
-//     [Config.DeadLetterOnFailure]).
+//     [Config.AcksOnFailure]).
 //
 // Handlers must honour ctx: it is cancelled at the soft time limit (with
 // cause [ErrSoftTimeLimitExceeded]), on revoke with terminate, and at the end

@@ -23,8 +23,8 @@ type TaskOptions struct {
 	IgnoreResult *bool
 	// TrackStarted stores STARTED when the task starts (track_started).
 	TrackStarted *bool
-	// DeadLetterOnFailure overrides Config.DeadLetterOnFailure.
-	DeadLetterOnFailure *bool
+	// AcksOnFailure overrides Config.AcksOnFailure.
+	AcksOnFailure *bool
 	// Queue is where this worker's producer sends the task when no queue is
 	// given (a per-task route).
 	Queue string
@@ -47,9 +47,6 @@ type TaskOptions struct {
 // TaskOption sets one of the TaskOptions at registration.
 type TaskOption func(*TaskOptions)
 
-// WithOptions sets all task options at once.
-func WithOptions(o TaskOptions) TaskOption { return func(t *TaskOptions) { *t = o } }
-
 // AcksLate sets acks_late for the task.
 func AcksLate(v bool) TaskOption { return func(t *TaskOptions) { t.AcksLate = &v } }
 
@@ -67,10 +64,10 @@ func IgnoreResult(v bool) TaskOption { return func(t *TaskOptions) { t.IgnoreRes
 // TrackStarted sets track_started for the task.
 func TrackStarted(v bool) TaskOption { return func(t *TaskOptions) { t.TrackStarted = &v } }
 
-// DeadLetterOnFailure sets whether a terminal failure dead-letters the
-// task's message (see Config.DeadLetterOnFailure).
-func DeadLetterOnFailure(v bool) TaskOption {
-	return func(t *TaskOptions) { t.DeadLetterOnFailure = &v }
+// AcksOnFailure sets whether a terminal failure acknowledges the task's
+// message instead of dead-lettering it (see Config.AcksOnFailure).
+func AcksOnFailure(v bool) TaskOption {
+	return func(t *TaskOptions) { t.AcksOnFailure = &v }
 }
 
 // Queue routes the task to a queue when this process publishes it.

@@ -219,8 +219,7 @@ func workerSetup(fl *pflag.FlagSet, g *globalFlags, f *workerFlags) (worker.Conf
 	if file.TaskAcksOnFailure != nil {
 		// Celery acknowledges a failed acks_late message (true, its
 		// default); celeriac's default dead-letters it.
-		dead := !*file.TaskAcksOnFailure
-		cfg.DeadLetterOnFailure = &dead
+		cfg.AcksOnFailure = *file.TaskAcksOnFailure
 	}
 	cfg.ResultExtended = pick(set("result-extended"), f.resultExtended, file.ResultExtended)
 	cfg.TrackStarted = pick(set("track-started"), f.trackStarted, file.TaskTrackStarted)

@@ -73,7 +73,7 @@ func register(mux *worker.Mux, c taskConfig) {
 		// second delivery harmless), and a message that fails for good is
 		// dead-lettered instead of acknowledged.
 		worker.AcksLate(true),
-		worker.DeadLetterOnFailure(true),
+		worker.AcksOnFailure(false),
 		worker.Retry(retry.Policy{
 			AutoRetryFor: []retry.Matcher{retry.OnFunc(smsapi.Transient)},
 			MaxRetries:   retry.Limited(c.MaxRetries),
