@@ -43,8 +43,9 @@ func Group(members ...Signature) Signature {
 // and when all have succeeded the body is sent with the list of their
 // results (in header order) prepended to its arguments. If one fails, the
 // body fails with ChordError. Chords need a result backend that counts
-// their parts (backend/redis), on the workers and on this Client. Apply
-// returns the body's result.
+// their parts (backend/redis) or one that Celery's celery.chord_unlock task
+// completes (backend/sql), the same on the workers and on this Client.
+// Apply returns the body's result.
 func Chord(header []Signature, body Signature) Signature {
 	return canvas("celery.chord", "chord", map[string]any{
 		"header": Group(header...).Value(),
@@ -100,6 +101,8 @@ func (c *Client) applier(ctx context.Context) *publish.Applier {
 	}
 	if ch, ok := c.be.(backend.Chords); ok {
 		a.SetChordSize = func(gid string, n int) error { return ch.SetChordSize(ctx, gid, n) }
+	} else if _, ok := c.be.(backend.ChordUnlocker); ok {
+		a.UnlockChords = true
 	}
 	return a
 }

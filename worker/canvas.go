@@ -46,6 +46,8 @@ func (w *Worker) applySignature(sig protocol.Signature, extra []any, c callOptio
 		a.SetChordSize = func(gid string, n int) error {
 			return w.persist(func(ctx context.Context) error { return chords.SetChordSize(ctx, gid, n) })
 		}
+	} else if _, ok := w.cfg.Backend.(backend.ChordUnlocker); ok {
+		a.UnlockChords = true
 	}
 	return a.Apply(sig, extra, publish.Call{
 		ParentID: c.parentID, RootID: c.rootID,

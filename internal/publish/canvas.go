@@ -76,10 +76,20 @@ type Applier struct {
 	P *Producer
 	// Publish sends one message.
 	Publish func(m *protocol.TaskMessage, dest Destination, o *Options) error
-	// SetChordSize records a chord's size before its header is sent; nil
-	// means chords are refused with ErrNoChords.
+	// SetChordSize records a chord's size before its header is sent, for
+	// backends that count chord parts (Redis).
 	SetChordSize func(groupID string, size int) error
+	// UnlockChords is set for backends that do not count chord parts but
+	// complete chords with the celery.chord_unlock task (Celery's database
+	// backends): after a chord's header, the Applier sends that task, as
+	// Celery's fallback_chord_unlock does. With neither hook, chords are
+	// refused with ErrNoChords.
+	UnlockChords bool
 }
+
+// ChordUnlockTask is Celery's built-in task that completes a chord on a
+// backend that does not count chord parts.
+const ChordUnlockTask = "celery.chord_unlock"
 
 // Apply publishes sig and returns the ids of what it published, in order.
 func (a *Applier) Apply(sig protocol.Signature, extra []any, c Call) ([]string, error) {
@@ -140,6 +150,33 @@ func (a *Applier) applyGroup(sig protocol.Signature, extra []any, c Call) ([]str
 	return ids, nil
 }
 
+// unlock sends celery.chord_unlock(group_id, body, interval=None,
+// max_retries=None, result=[((id, None), None), ...]) one second from now,
+// to the body's queue with the body's priority, as Celery's
+// fallback_chord_unlock does.
+func (a *Applier) unlock(gid string, ids []string, body protocol.Signature, c Call) ([]string, error) {
+	tuples := make([]any, len(ids))
+	for i, id := range ids {
+		tuples[i] = []any{[]any{id, nil}, nil}
+	}
+	sig := protocol.Signature{
+		Task: ChordUnlockTask,
+		Args: []any{gid, body.Value()},
+		Kwargs: map[string]any{
+			"interval": nil, "max_retries": nil, "result": tuples,
+		},
+		Options: map[string]any{"countdown": 1.0},
+	}
+	if q := body.Queue(); q != "" {
+		sig.Options["queue"] = q
+	}
+	if p, ok := body.Priority(); ok {
+		sig.Options["priority"] = int64(p)
+	}
+	c.Chain, c.HasChain, c.GroupID, c.GroupIndex, c.Chord = nil, false, "", nil, nil
+	return a.Apply(sig, nil, c)
+}
+
 func (a *Applier) applyChord(sig protocol.Signature, extra []any, c Call) ([]string, error) {
 	header, err := protocol.DecodeSignature(sig.Kwargs["header"])
 	if err != nil {
@@ -163,11 +200,22 @@ func (a *Applier) applyChord(sig protocol.Signature, extra []any, c Call) ([]str
 	if gid == "" {
 		gid = NewID()
 	}
-	if a.SetChordSize == nil {
-		return nil, ErrNoChords
+	if c.HasChain {
+		// The rest of a chain follows the body, not each header task
+		// (Celery's chord.run moves the chain option onto the body).
+		if len(c.Chain) > 0 {
+			body = body.Clone()
+			body.Options["chain"] = signatureValues(c.Chain)
+		}
+		c.Chain, c.HasChain = nil, false
 	}
-	if err := a.SetChordSize(gid, len(tasks)); err != nil {
-		return nil, fmt.Errorf("celeriac: chord size: %w", err)
+	switch {
+	case a.SetChordSize != nil:
+		if err := a.SetChordSize(gid, len(tasks)); err != nil {
+			return nil, fmt.Errorf("celeriac: chord size: %w", err)
+		}
+	case !a.UnlockChords:
+		return nil, ErrNoChords
 	}
 	var ids []string
 	for i, t := range tasks {
@@ -175,6 +223,13 @@ func (a *Applier) applyChord(sig protocol.Signature, extra []any, c Call) ([]str
 		cc := c
 		cc.GroupID, cc.GroupIndex, cc.Chord = gid, &idx, &body
 		got, err := a.Apply(t, extra, cc)
+		ids = append(ids, got...)
+		if err != nil {
+			return ids, err
+		}
+	}
+	if a.SetChordSize == nil {
+		got, err := a.unlock(gid, ids, body, c)
 		ids = append(ids, got...)
 		if err != nil {
 			return ids, err

@@ -206,6 +206,10 @@ func FromSignature(opts map[string]any, now time.Time) (*Options, error) {
 	if o.LinkError, err = SignatureList(opts["link_error"]); err != nil {
 		errs = append(errs, fmt.Errorf("link_error: %w", err))
 	}
+	// A chord body carries the rest of its chain as an option.
+	if o.Chain, err = SignatureList(opts["chain"]); err != nil {
+		errs = append(errs, fmt.Errorf("chain: %w", err))
+	}
 	if v, ok := opts["chord"]; ok && v != nil {
 		s, err := protocol.DecodeSignature(v)
 		if err != nil {
