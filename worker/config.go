@@ -208,7 +208,7 @@ func (c Config) withDefaults() Config {
 	if c.Hostname == "" {
 		c.Hostname = "celery@%h"
 	}
-	c.Hostname = ExpandHostname(c.Hostname)
+	c.Hostname = expandHostname(c.Hostname)
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = defaultShutdownTimeout
 	}
@@ -288,10 +288,10 @@ func (c Config) queue(name string) transport.Queue {
 	return q
 }
 
-// ExpandHostname expands Celery's node-name keys: %h (full host name), %n
+// expandHostname expands Celery's node-name keys: %h (full host name), %n
 // (the part before the first dot) and %d (the domain, after it). %% is a
 // percent sign.
-func ExpandHostname(s string) string {
+func expandHostname(s string) string {
 	if !strings.Contains(s, "%") {
 		return s
 	}
