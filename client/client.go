@@ -29,12 +29,6 @@ import (
 	"github.com/celeriac/celeriac/transport"
 )
 
-// Publisher is what a Client needs from a transport: any
-// transport.Transport.
-type Publisher interface {
-	Publish(ctx context.Context, p *transport.Publishing) error
-}
-
 // Config configures a Client. The zero value sends JSON to the "celery"
 // queue and reads no results.
 type Config struct {
@@ -78,7 +72,7 @@ var ErrNoChords = publish.ErrNoChords
 // Client sends tasks and reads their results. It is safe for concurrent
 // use.
 type Client struct {
-	pub Publisher
+	pub transport.Publisher
 	be  backend.Backend
 	p   *publish.Producer
 	// clock is the Lamport clock of the control commands it sends.
@@ -86,7 +80,7 @@ type Client struct {
 }
 
 // New returns a Client publishing through pub (any transport.Transport).
-func New(pub Publisher, cfg Config) *Client {
+func New(pub transport.Publisher, cfg Config) *Client {
 	if cfg.ReplyTo == "" {
 		if r, ok := cfg.Backend.(interface{ ReplyTo() string }); ok {
 			cfg.ReplyTo = r.ReplyTo()

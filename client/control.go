@@ -130,7 +130,7 @@ func (c *Control) Cast(ctx context.Context, method string, args map[string]any, 
 
 // publishControl broadcasts one pidbox command; with a ticket, replies go
 // to the reply queue routed by oid.
-func publishControl(ctx context.Context, pub Publisher, clock *publish.Clock, method string, args map[string]any, o ControlOptions, ticket, oid string) error {
+func publishControl(ctx context.Context, pub transport.Publisher, clock *publish.Clock, method string, args map[string]any, o ControlOptions, ticket, oid string) error {
 	if method == "" {
 		return errors.New("client: empty control method")
 	}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/worker/connect"
 )
@@ -142,7 +143,7 @@ func cliResultOf(t *testing.T, bc brokerCase, id string) *protocol.ResultMeta {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	m, err := connect.Wait(ctx, conn.Backend, id)
+	m, err := client.Wait(ctx, conn.Backend, id)
 	if err != nil {
 		t.Fatalf("result of %s: %v", id, err)
 	}

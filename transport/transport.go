@@ -62,6 +62,12 @@ type ConsumeOptions struct {
 	PerQueuePrefetch bool
 }
 
+// Publisher is the part of a Transport that sends: what a task producer
+// (client.Client) or the RPC result backend needs.
+type Publisher interface {
+	Publish(ctx context.Context, p *Publishing) error
+}
+
 // Transport is a connection to one broker. Implementations are safe for
 // concurrent use. Close releases everything; after Close every method returns
 // ErrClosed.

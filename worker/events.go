@@ -40,7 +40,7 @@ type clock = publish.Clock
 // events are dropped (and counted) rather than blocking the worker.
 type events struct {
 	w          *Worker
-	pub        publish.Publisher
+	pub        transport.Publisher
 	clock      *clock
 	taskEvents atomic.Bool
 	pid        int64
@@ -52,7 +52,7 @@ type events struct {
 	stopOnce   sync.Once
 }
 
-func newEvents(w *Worker, pub publish.Publisher, clk *clock) *events {
+func newEvents(w *Worker, pub transport.Publisher, clk *clock) *events {
 	_, off := time.Now().Zone()
 	e := &events{
 		w:         w,

@@ -12,7 +12,6 @@ import (
 
 	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
-	"github.com/celeriac/celeriac/worker/connect"
 	"github.com/celeriac/celeriac/worker/otelenv"
 )
 
@@ -170,7 +169,7 @@ func runSend(cmd *cobra.Command, g *globalFlags, f *sendFlags, a []string) error
 	}
 	wctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	m, err := connect.Wait(wctx, conn.Backend, id)
+	m, err := client.Wait(wctx, conn.Backend, id)
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		return fmt.Errorf("no result for task %s within %s (is a worker consuming the queue?)", id, f.timeout)
 	}

@@ -172,7 +172,7 @@ func connect(ctx context.Context, log *zap.Logger) (transport.Transport, backend
 		return nil, nil, nil, nil, err
 	}
 	wait := func(ctx context.Context, id string) (*protocol.ResultMeta, error) {
-		return celeryconnect.Wait(ctx, c.Backend, id)
+		return client.Wait(ctx, c.Backend, id)
 	}
 	return c.Transport, c.Backend, wait, func() { c.Close() }, nil
 }

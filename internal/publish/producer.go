@@ -18,11 +18,6 @@ import (
 // DefaultQueue is Celery's task_default_queue.
 const DefaultQueue = "celery"
 
-// Publisher is what a Producer needs from a transport.
-type Publisher interface {
-	Publish(ctx context.Context, p *transport.Publishing) error
-}
-
 // Config configures a Producer; see client.Config for the meaning of each
 // field.
 type Config struct {
@@ -38,7 +33,7 @@ type Config struct {
 
 // Producer builds and publishes task messages.
 type Producer struct {
-	pub Publisher
+	pub transport.Publisher
 	cfg Config
 	// defaultSet is false when DefaultQueue was not configured, so that a
 	// per-call fallback may win over "celery".
@@ -47,7 +42,7 @@ type Producer struct {
 }
 
 // New returns a Producer publishing through pub.
-func New(pub Publisher, cfg Config) *Producer {
+func New(pub transport.Publisher, cfg Config) *Producer {
 	defaultSet := cfg.DefaultQueue != ""
 	if !defaultSet {
 		cfg.DefaultQueue = DefaultQueue

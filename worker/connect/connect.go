@@ -52,7 +52,6 @@ import (
 	redisbackend "github.com/celeriac/celeriac/backend/redis"
 	"github.com/celeriac/celeriac/backend/rpc"
 	sqlbackend "github.com/celeriac/celeriac/backend/sql"
-	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 	amqptransport "github.com/celeriac/celeriac/transport/amqp"
@@ -481,14 +480,6 @@ func Redact(raw string) string {
 		}
 	}
 	return strings.Join(parts, ";")
-}
-
-// Wait waits until the task is ready (SUCCESS, FAILURE or REVOKED), like
-// AsyncResult.get() without raising: client.Wait, which uses a backend's own
-// Wait (backend/memory; backend/redis wakes on the result's PUBLISH) and
-// polls the others.
-func Wait(ctx context.Context, be backend.Backend, taskID string) (*protocol.ResultMeta, error) {
-	return client.Wait(ctx, be, taskID)
 }
 
 // delayedMode reads Options.DelayedDelivery.
