@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"time"
 
 	"github.com/celeriac/celeriac/retry"
@@ -177,4 +178,52 @@ func ExampleMaxRetriesExceededError() {
 	fmt.Println(d.Exhausted, d.Err)
 	// Output:
 	// true Can't retry tasks.add[7f1c] args:(2, 2) kwargs:{}
+}
+
+// Celery's
+//
+//	@app.task(autoretry_for=(OSError, Unavailable), dont_autoretry_for=(CardDeclined,),
+//	          retry_backoff=True, retry_backoff_max=60, max_retries=5)
+//
+// as a Policy (the worker takes it with worker.Retry), the delays it waits
+// before each retry, and what it does with each error.
+func ExamplePolicy() {
+	errUnavailable := errors.New("gateway: 503 service unavailable")
+	errCardDeclined := errors.New("gateway: card declined")
+	p := retry.Policy{
+		AutoRetryFor:     []retry.Matcher{retry.OnType[*net.OpError](), retry.On(errUnavailable)},
+		DontAutoRetryFor: []retry.Matcher{retry.On(errCardDeclined)},
+		MaxRetries:       retry.Limited(5),
+		Backoff:          1, // 1, 2, 4, 8, 16 s, each jittered to [0, n]
+		BackoffMax:       60 * time.Second,
+	}
+	if err := p.Validate(); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	// The backoff before retry r (0 for the first), without the jitter:
+	// the upper bound of the random delay.
+	var delays []time.Duration
+	for r := range 5 {
+		delays = append(delays, retry.BackoffInterval(p.Backoff, r, p.BackoffMax, false, nil))
+	}
+	fmt.Println(delays)
+
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	for _, err := range []error{
+		&net.OpError{Op: "dial", Err: errors.New("connection refused")},
+		fmt.Errorf("charge: %w", errUnavailable),
+		fmt.Errorf("charge: %w", errCardDeclined),
+		errors.New("division by zero"),
+	} {
+		d := p.Decide(err, 0, now, rand.IntN)
+		fmt.Printf("%v: retry=%v (%v)\n", err, d.Retry, d.Reason)
+	}
+	// Output:
+	// [1s 2s 4s 8s 16s]
+	// dial: connection refused: retry=true (auto)
+	// charge: gateway: 503 service unavailable: retry=true (auto)
+	// charge: gateway: card declined: retry=false (excluded)
+	// division by zero: retry=false (not-retryable)
 }
