@@ -106,9 +106,9 @@ func ExampleGroup() {
 }
 
 // chord([add.s(i, i) for i in range(4)], tsum.s()): the body runs once
-// with the header's results, in order. The result backend counts the
-// header's parts, on the workers and here: backend/redis, or
-// backend/memory in one process.
+// with the header's results, in order. The result backend completes the
+// chord: backend/redis (or backend/memory, in one process) counts the
+// header's parts; with backend/sql, celery.chord_unlock polls them.
 func ExampleChord() {
 	broker := memtransport.New(memtransport.Config{})
 	defer broker.Close()

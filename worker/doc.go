@@ -32,13 +32,14 @@
 //   - Store and canvas: the state goes to Config.Backend. On success link
 //     callbacks and the next chain step are sent; on failure errbacks, and
 //     the remaining chain steps fail. A chord's header task counts its part
-//     in the backend, and the last part sends the body (or fails it).
+//     in the backend, and the last part sends the body (or fails it); on
+//     backends that cannot count (SQL), celery.chord_unlock does.
 //   - Settle: a message still held (acks_late) is acknowledged, requeued
 //     (a shutdown cut its task short, or Reject asked), or dead-lettered
-//     when the task was rejected or failed for good, unless the task
-//     acknowledges failures as Celery's task_acks_on_failure_or_timeout
-//     does. Result writes, publishes and acks each get their own budget and
-//     are tried again while the broker or backend is briefly down.
+//     when the task was rejected or failed for good, unless
+//     [Config.AcksOnFailure] acknowledges failures, as Celery does by
+//     default. Result writes, publishes and acks each get their own budget
+//     and are tried again while the broker or backend is briefly down.
 //   - Events: with SendTaskEvents, task-received, -started, -succeeded,
 //     -failed, -retried, -rejected and -revoked reach monitors such as
 //     Flower; heartbeats and remote control (celery inspect, revoke) run
