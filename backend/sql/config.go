@@ -63,11 +63,26 @@ type Config struct {
 	// proxies that drop idle sessions.
 	ShortLivedSessions bool
 
+	// NotifyChannel is the PostgreSQL channel Store notifies and Wait
+	// listens on (see [Backend.Wait]). Default "celeriac_result". Backends
+	// whose tables differ but share a database may share it: a waiter
+	// woken for another table's task only reads its own row once more.
+	NotifyChannel string
+	// NoNotify turns the notification off: Store writes as Python's
+	// backend does. Wait still listens (other workers may notify) and
+	// polls. NOTIFY makes committing transactions take a lock of the
+	// whole cluster in turn, which can matter when many processes write
+	// results at a high rate; celeriac's group commit already sends up to
+	// 64 stores per transaction.
+	NoNotify bool
+
 	Logger *zap.Logger
 }
 
 const (
 	defaultStatementTimeout = 10 * time.Second
+	defaultNotifyChannel    = "celeriac_result"
+	maxChannelLen           = 63 // PostgreSQL's NAMEDATALEN - 1
 	defaultExpires          = 24 * time.Hour
 	maxTaskIDLen            = 155 // celery_taskmeta.task_id is String(155)
 )
@@ -111,6 +126,8 @@ type settings struct {
 	groupSchema string
 	taskName    string // unquoted
 	groupName   string
+	channel     string // NotifyChannel, unquoted
+	notify      bool
 }
 
 func (c Config) settings() (*settings, error) {
@@ -138,6 +155,13 @@ func (c Config) settings() (*settings, error) {
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
+	}
+	s.channel, s.notify = c.NotifyChannel, !c.NoNotify
+	if s.channel == "" {
+		s.channel = defaultNotifyChannel
+	}
+	if len(s.channel) > maxChannelLen || strings.ContainsRune(s.channel, 0) {
+		return nil, fmt.Errorf("sql backend: notify channel %q: at most %d bytes, no NUL", s.channel, maxChannelLen)
 	}
 	switch strings.ToLower(strings.TrimSpace(s.contentType)) {
 	case "", "json", protocol.ContentTypeJSON:

@@ -41,6 +41,16 @@
 // timeout; a store waits in the queue as long as its caller allows, so a
 // slow database is not sent copies of stores still waiting their turn.
 //
+// # Waiting for results
+//
+// [Backend.Wait] (which client.AsyncResult.Get uses) does not only poll,
+// as Celery's client does on this backend: every Store also sends
+// pg_notify(Config.NotifyChannel, task id) in the transaction that writes
+// the state, and Wait LISTENs on a connection of its own, so it wakes as
+// soon as a celeriac worker stores the result. Rows written by Python
+// workers are not notified; Wait finds them by polling (5 ms, doubling up
+// to 500 ms). Config.NoNotify turns the notification off.
+//
 // # Chords
 //
 // Python clients of Celery's database backend do not count chord parts:

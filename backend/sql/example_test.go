@@ -55,3 +55,23 @@ func ExampleNew_django() {
 	}
 	defer be.Close()
 }
+
+// A Go caller waiting for a task's result in Celery's database backend. A
+// celeriac worker's store wakes it at once (NOTIFY); a row a Python worker
+// writes is found by polling. (It needs a database, so it only compiles.)
+func ExampleBackend_Wait() {
+	ctx := context.Background()
+	be, err := sql.New(ctx, sql.Config{URL: "db+postgresql://celery:secret@db.example.com/results"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer be.Close()
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	m, err := be.Wait(wctx, "3f2c...")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(m.Status, m.DateDone)
+	// With client.NewAsyncResult(be, id).Get(ctx), Get uses this Wait.
+}

@@ -33,6 +33,15 @@ type Backend struct {
 	mu       sync.RWMutex
 	closed   bool
 	inflight sync.WaitGroup
+	// closing is closed by Close: it ends every Wait.
+	closing chan struct{}
+
+	// lis is Wait's LISTEN connection, started by the first Wait.
+	lisMu sync.Mutex
+	lis   *listener
+	// pollMin and pollMax are Wait's fallback poll delays (firstPoll and
+	// maxPoll; tests change them).
+	pollMin, pollMax time.Duration
 
 	storeRetries  atomic.Int64
 	storeFailures atomic.Int64
@@ -74,7 +83,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sql backend: %w", err)
 	}
-	b := &Backend{pool: pool, s: s, schema: cfg.Schema}
+	b := &Backend{pool: pool, s: s, schema: cfg.Schema, closing: make(chan struct{}), pollMin: firstPoll, pollMax: maxPoll}
 	setup := b.prepareSQLAlchemy
 	if cfg.Schema == Django {
 		setup = b.checkDjango
@@ -130,8 +139,9 @@ func (b *Backend) enter() error {
 	return nil
 }
 
-// Close waits for calls in progress, then closes the pool. Later calls,
-// including Close, return ErrClosed.
+// Close ends every Wait with ErrClosed, waits for the other calls in
+// progress, then closes Wait's LISTEN connection and the pool. Later
+// calls, including Close, return ErrClosed.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -139,9 +149,15 @@ func (b *Backend) Close() error {
 		return backend.ErrClosed
 	}
 	b.closed = true
+	close(b.closing)
 	b.mu.Unlock()
 	b.inflight.Wait()
 	b.leaders.Wait()
+	b.lisMu.Lock()
+	if b.lis != nil {
+		b.lis.stop()
+	}
+	b.lisMu.Unlock()
 	b.pool.Close()
 	return nil
 }
@@ -180,6 +196,9 @@ func (b *Backend) Store(ctx context.Context, r backend.StoreRequest) error {
 	if err != nil {
 		b.fail("store", m.TaskID, err)
 		return fmt.Errorf("sql backend: store %s: %w", m.TaskID, err)
+	}
+	if b.s.notify {
+		q = notifying(q, b.s.channel)
 	}
 	// A queued store waits for its transaction as long as the caller
 	// lets it: the statement timeout bounds each transaction (in commit),
