@@ -79,14 +79,14 @@ func checkRPCResults(t *testing.T, c *rpc.Client, tr transport.Transport, queue 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	p := worker.NewProducer(tr, worker.ProducerConfig{DefaultQueue: queue, ReplyTo: c.ReplyTo()})
+	cl := client.New(tr, client.Config{Backend: c, DefaultQueue: queue}) // reply_to = c.ReplyTo()
 	send := func(name string, args ...any) *client.AsyncResult {
 		t.Helper()
-		id, err := p.SendTask(ctx, name, args, nil)
+		r, err := cl.Send(ctx, name, args, nil)
 		if err != nil {
 			t.Fatalf("send %s: %v", name, err)
 		}
-		return client.NewAsyncResult(c, id)
+		return r
 	}
 
 	if v, err := send("tasks.add", 2, 3).Get(ctx); err != nil || v != int64(5) {

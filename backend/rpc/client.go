@@ -108,17 +108,18 @@ type ClientConfig struct {
 
 // Client is the caller's side of the RPC backend, Celery's rpc
 // ResultConsumer: it declares a reply queue of its own, consumes it, and
-// keeps the states that arrive there by task id. A producer puts
-// [Client.ReplyTo] in the reply_to property of the task messages it sends
-// (worker.ReplyTo or ProducerConfig.ReplyTo); the workers (Python Celery
+// keeps the states that arrive there by task id. The task messages carry
+// [Client.ReplyTo] as their reply_to property; the workers (Python Celery
 // with result_backend = "rpc://", or celeriac with backend/rpc) then send
 // each state of those tasks to the queue.
 //
-// Client is a backend.Backend, so client.NewAsyncResult works with it:
-// Get returns the latest state received (backend.ErrNotFound, which is
-// PENDING, before the first), Wait blocks until a ready one arrives, and
-// Store sends a state to a reply queue as the worker side ([Backend])
-// does. It is safe for concurrent use.
+// Client is a backend.Backend for package client: client.New(tr,
+// client.Config{Backend: c}) sends its tasks with reply_to = ReplyTo(),
+// and its AsyncResult's Get wakes on the reply. Get returns the latest
+// state received (backend.ErrNotFound, which is PENDING, before the
+// first), Wait blocks until a ready one arrives, and Store sends a state
+// to a reply queue as the worker side ([Backend]) does. It is safe for
+// concurrent use.
 //
 // States are routed by the task_id of the reply's body, which Celery's
 // workers always set to the task's id (the correlation_id, which they

@@ -129,7 +129,7 @@ func TestClientEarlyArrival(t *testing.T) {
 		c := newClient(t, tr, rpc.ClientConfig{})
 		be := newWorkerSide(t, tr, rpc.Config{Serializer: "msgpack"})
 
-		r := client.NewAsyncResult(c, "early")
+		r := client.New(tr, client.Config{Backend: c}).AsyncResult("early")
 		if st, err := r.State(t.Context()); err != nil || st != protocol.StatePending {
 			t.Fatalf("State before any reply = %v, %v; want PENDING", st, err)
 		}
@@ -448,7 +448,7 @@ func TestClientStoreToItself(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v, err := client.NewAsyncResult(c, "self").Get(t.Context()); err != nil || v != "me" {
+		if v, err := client.New(tr, client.Config{Backend: c}).AsyncResult("self").Get(t.Context()); err != nil || v != "me" {
 			t.Fatalf("Get = %v, %v", v, err)
 		}
 	})

@@ -30,11 +30,12 @@
 // transport.Transport: on RabbitMQ the queue is a broadcast subscription's
 // transient queue, on Redis the list workers LPUSH replies to
 // ([QueueKind]; the default finds out which with a probe). Client is a
-// backend.Backend as well, for client.NewAsyncResult.
+// backend.Backend as well, the one package client reads results from.
 //
 //	c, err := rpc.NewClient(ctx, tr, rpc.ClientConfig{})
-//	id, err := producer.SendTask(ctx, "tasks.add", []any{2, 3}, nil, worker.ReplyTo(c.ReplyTo()))
-//	v, err := client.NewAsyncResult(c, id).Get(ctx)
+//	cl := client.New(tr, client.Config{Backend: c}) // reply_to = c.ReplyTo()
+//	r, err := cl.Send(ctx, "tasks.add", []any{2, 3}, nil)
+//	v, err := r.Get(ctx)
 //
 // # Why this package imports transport
 //

@@ -66,12 +66,12 @@ func ExampleClient() {
 		log.Fatal(err)
 	}
 	defer c.Close()
-	p := worker.NewProducer(tr, worker.ProducerConfig{ReplyTo: c.ReplyTo()})
-	id, err := p.SendTask(ctx, "tasks.add", []any{2, 3}, nil)
+	cl := client.New(tr, client.Config{Backend: c}) // sends with reply_to = c.ReplyTo()
+	r, err := cl.Send(ctx, "tasks.add", []any{2, 3}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
-	v, err := client.NewAsyncResult(c, id).Get(ctx) // wakes on the reply, no polling
+	v, err := r.Get(ctx) // wakes on the reply, no polling
 	fmt.Println(v, err)
 	// Output: 5 <nil>
 }
@@ -92,14 +92,14 @@ func ExampleNewClient() {
 	}
 	defer c.Close()
 
-	p := worker.NewProducer(tr, worker.ProducerConfig{})
-	id, err := p.SendTask(ctx, "tasks.add", []any{2, 3}, nil, worker.ReplyTo(c.ReplyTo()))
+	cl := client.New(tr, client.Config{Backend: c})
+	r, err := cl.Send(ctx, "tasks.add", []any{2, 3}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	m, err := c.Wait(wctx, id)
+	m, err := r.Meta(wctx)
 	if err != nil {
 		log.Fatal(err)
 	}

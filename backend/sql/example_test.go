@@ -73,5 +73,6 @@ func ExampleBackend_Wait() {
 		log.Fatal(err)
 	}
 	fmt.Println(m.Status, m.DateDone)
-	// With client.NewAsyncResult(be, id).Get(ctx), Get uses this Wait.
+	// client.New(tr, client.Config{Backend: be}): AsyncResult.Get uses
+	// this Wait.
 }
