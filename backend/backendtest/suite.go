@@ -79,6 +79,7 @@ func Run(t *testing.T, f Factory, feat Features) {
 	t.Run("InvalidStore", s.testInvalidStore)
 	t.Run("CanceledContext", s.testCanceledContext)
 	t.Run("Close", s.testClose)
+	t.Run("Forget", s.testForget)
 	t.Run("ChordSupport", s.testChordSupport)
 	if feat.Chords {
 		t.Run("ChordOrdered", s.testChordOrdered)
@@ -223,6 +224,28 @@ func (s *suite) testStoreEachState(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// testForget: a backend that can forget (backend.Forgetter) deletes the
+// result, so the task reads as PENDING again; forgetting an unknown id is
+// not an error, as in Celery.
+func (s *suite) testForget(t *testing.T) {
+	b := s.open(t)
+	f, ok := b.(backend.Forgetter)
+	if !ok {
+		t.Skip("the backend cannot forget results")
+	}
+	id := newID(t, "forget")
+	store(t, b, metas(id)["SUCCESS-not-extended"])
+	if err := f.Forget(t.Context(), id); err != nil {
+		t.Fatalf("Forget: %v", err)
+	}
+	if _, err := b.Get(t.Context(), id); !errors.Is(err, backend.ErrNotFound) {
+		t.Fatalf("Get after Forget: %v, want ErrNotFound", err)
+	}
+	if err := f.Forget(t.Context(), newID(t, "forget-unknown")); err != nil {
+		t.Fatalf("Forget of an unknown id: %v", err)
 	}
 }
 

@@ -41,7 +41,7 @@
 //
 // Replies travel over the broker, so the backend needs something that
 // publishes. Rather than depend on an adapter, the package declares the one
-// method it needs, [Publisher], whose argument is a *transport.Publishing;
+// method it needs, [transport.Publisher], whose argument is a *transport.Publishing;
 // any transport.Transport satisfies it. [Client] consumes as well, so it
 // takes a transport.Transport. These are the only imports of transport
 // from backend/*: the contracts otherwise stay independent.

@@ -12,11 +12,6 @@ import (
 	"github.com/celeriac/celeriac/transport"
 )
 
-// Publisher publishes one message. Any transport.Transport satisfies it.
-type Publisher interface {
-	Publish(ctx context.Context, p *transport.Publishing) error
-}
-
 // Config configures a Backend. The zero value matches Celery's defaults.
 type Config struct {
 	// Serializer encodes the replies: protocol.ContentTypeJSON (the default
@@ -32,7 +27,7 @@ type Config struct {
 // Backend sends task states to the client's reply queue. It is safe for
 // concurrent use.
 type Backend struct {
-	pub          Publisher
+	pub          transport.Publisher
 	contentType  string
 	encoding     string
 	deliveryMode uint8
@@ -46,7 +41,7 @@ var _ backend.Backend = (*Backend)(nil)
 
 // New returns a backend that publishes through pub. The backend does not own
 // pub: Close does not close it.
-func New(pub Publisher, cfg Config) (*Backend, error) {
+func New(pub transport.Publisher, cfg Config) (*Backend, error) {
 	if pub == nil {
 		return nil, errors.New("rpc backend: nil Publisher")
 	}

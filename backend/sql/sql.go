@@ -271,6 +271,23 @@ func (b *Backend) Get(ctx context.Context, taskID string) (*protocol.ResultMeta,
 	return m, nil
 }
 
+// Forget deletes the task's row, as AsyncResult.forget() does on Celery's
+// database backends.
+func (b *Backend) Forget(ctx context.Context, taskID string) error {
+	if err := b.enter(); err != nil {
+		return err
+	}
+	defer b.inflight.Done()
+	err := b.retry(ctx, "forget", func(ctx context.Context) error {
+		_, err := b.pool.Exec(ctx, "DELETE FROM "+b.s.taskTable+" WHERE task_id = $1", taskID)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sql backend: forget %s: %w", taskID, err)
+	}
+	return nil
+}
+
 // retry runs f, each attempt under the statement timeout, until it
 // succeeds, fails for good, or ctx ends.
 func (b *Backend) retry(ctx context.Context, op string, f func(context.Context) error) error {

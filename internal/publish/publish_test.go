@@ -64,7 +64,7 @@ func TestMessagePrependsUnlessImmutable(t *testing.T) {
 	}
 }
 
-type recorder struct{ msgs []*protocol.TaskMessage }
+type recorder struct{}
 
 func (r *recorder) Publish(context.Context, *transport.Publishing) error { return nil }
 
