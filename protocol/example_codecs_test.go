@@ -1,6 +1,7 @@
 package protocol_test
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -124,4 +125,19 @@ func ExampleDecompress() {
 	fmt.Println(string(out), err)
 	// Output:
 	// [[2, 3], {}, null] <nil>
+}
+
+func ExampleToValueStrict() {
+	v, err := protocol.ToValueStrict(map[string]any{"n": 3, "ratio": float32(0.1), "tags": []string{"a"}})
+	fmt.Println(v, err)
+
+	type point struct{ X, Y int }
+	_, err = protocol.ToValueStrict(point{1, 2})
+	fmt.Println(errors.Is(err, protocol.ErrUnencodable))
+	loose, _ := protocol.ToValue(point{1, 2})
+	fmt.Println(loose)
+	// Output:
+	// map[n:3 ratio:0.1 tags:[a]] <nil>
+	// true
+	// map[X:1 Y:2]
 }

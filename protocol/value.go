@@ -389,10 +389,24 @@ func daysIn(m time.Month, y int) int {
 //     float64 with no fraction as an integer, so such a struct field comes
 //     back as int64.
 //
-// Channels, functions, complex numbers and unsafe pointers are errors.
+// Channels, functions, complex numbers and unsafe pointers are errors. A
+// []byte is returned as it is, not copied; see [ToValueStrict] for a result
+// that shares no memory with v.
 func ToValue(v any) (any, error) { return toValue(v, 0) }
 
-func toValue(v any, depth int) (any, error) {
+// ToValueStrict converts v as [ToValue] does, except that it has no
+// encoding/json fallback: a struct, or a map whose keys are not strings, is
+// an error wrapping [ErrUnencodable] (a type's own MarshalJSON or
+// MarshalText still applies). A JSON-based transport would carry such a
+// value as whatever encoding/json makes of it, AMQP headers not at all, so
+// a stand-in for a broker (an in-memory transport) refuses it. The result
+// shares no memory with v: a []byte is copied too.
+func ToValueStrict(v any) (any, error) { return convertValue(v, 0, true) }
+
+func toValue(v any, depth int) (any, error) { return convertValue(v, depth, false) }
+
+// convertValue is ToValue, or with strict ToValueStrict.
+func convertValue(v any, depth int, strict bool) (any, error) {
 	if depth > maxEncodeDepth {
 		return nil, errEncodeDepth
 	}
@@ -410,6 +424,9 @@ func toValue(v any, depth int) (any, error) {
 	case []byte:
 		if x == nil {
 			return nil, nil
+		}
+		if strict {
+			return append(make([]byte, 0, len(x)), x...), nil
 		}
 		return x, nil
 	case int:
@@ -446,7 +463,7 @@ func toValue(v any, depth int) (any, error) {
 		out := make([]any, len(x))
 		for i, el := range x {
 			var err error
-			if out[i], err = toValue(el, depth+1); err != nil {
+			if out[i], err = convertValue(el, depth+1, strict); err != nil {
 				return nil, err
 			}
 		}
@@ -457,7 +474,7 @@ func toValue(v any, depth int) (any, error) {
 		}
 		out := make(map[string]any, len(x))
 		for k, el := range x {
-			nv, err := toValue(el, depth+1)
+			nv, err := convertValue(el, depth+1, strict)
 			if err != nil {
 				return nil, err
 			}
@@ -505,7 +522,7 @@ func toValue(v any, depth int) (any, error) {
 	case reflect.String:
 		return rv.String(), nil
 	case reflect.Pointer, reflect.Interface:
-		return toValue(rv.Elem().Interface(), depth+1)
+		return convertValue(rv.Elem().Interface(), depth+1, strict)
 	case reflect.Slice, reflect.Array:
 		if rv.Kind() == reflect.Slice && rv.IsNil() {
 			return nil, nil
@@ -518,7 +535,7 @@ func toValue(v any, depth int) (any, error) {
 		out := make([]any, rv.Len())
 		for i := range out {
 			var err error
-			if out[i], err = toValue(rv.Index(i).Interface(), depth+1); err != nil {
+			if out[i], err = convertValue(rv.Index(i).Interface(), depth+1, strict); err != nil {
 				return nil, err
 			}
 		}
@@ -533,7 +550,7 @@ func toValue(v any, depth int) (any, error) {
 		out := make(map[string]any, rv.Len())
 		iter := rv.MapRange()
 		for iter.Next() {
-			nv, err := toValue(iter.Value().Interface(), depth+1)
+			nv, err := convertValue(iter.Value().Interface(), depth+1, strict)
 			if err != nil {
 				return nil, err
 			}
@@ -543,6 +560,9 @@ func toValue(v any, depth int) (any, error) {
 	case reflect.Struct:
 	default:
 		return nil, fmt.Errorf("%w: type %T", ErrUnencodable, v)
+	}
+	if strict {
+		return nil, fmt.Errorf("%w: type %T (ToValueStrict does not fall back to encoding/json)", ErrUnencodable, v)
 	}
 	data, err := json.Marshal(v)
 	if err != nil {

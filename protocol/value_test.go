@@ -2,8 +2,10 @@ package protocol
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"math/big"
+	"strconv"
 	"testing"
 	"time"
 
@@ -129,6 +131,105 @@ func TestToValue(t *testing.T) {
 	out.([]any)[0].(map[string]any)["k"] = int64(2)
 	if in[0].(map[string]any)["k"] != int64(1) {
 		t.Error("ToValue output aliases its input")
+	}
+}
+
+// ownJSON is a struct that says how it is written: ToValueStrict accepts
+// it, unlike a plain struct.
+type ownJSON struct{ N int }
+
+func (o ownJSON) MarshalJSON() ([]byte, error) {
+	return []byte(`{"n": ` + strconv.Itoa(o.N) + `}`), nil
+}
+
+func TestToValueStrict(t *testing.T) {
+	ts := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	tests := []struct {
+		name string
+		give any
+		want any
+	}{
+		{"int", 5, int64(5)},
+		{"uint8", uint8(200), int64(200)},
+		{"uint64 big", uint64(math.MaxUint64), new(big.Int).SetUint64(math.MaxUint64)},
+		{"float32 digits", float32(0.1), 0.1},
+		{"float32 in a slice", []float32{0.1, 2}, []any{0.1, 2.0}},
+		{"float32 nested", map[string]any{"k": []any{float32(0.1)}}, map[string]any{"k": []any{0.1}}},
+		{"named string", State("x"), "x"},
+		{"duration", time.Second, int64(time.Second)},
+		{"strings", []string{"a"}, []any{"a"}},
+		{"string map", map[string]int{"a": 1}, map[string]any{"a": int64(1)}},
+		{"array", [2]int{1, 2}, []any{int64(1), int64(2)}},
+		{"pointer", ptr(int32(4)), int64(4)},
+		{"nil pointer", (*int)(nil), nil},
+		{"pointer to time", &ts, ts},
+		{"nil map", map[int]string(nil), nil},
+		{"text", textEnum(1), "on"},
+		{"json number", json.Number("12"), int64(12)},
+		{"own MarshalJSON", ownJSON{N: 3}, map[string]any{"n": int64(3)}},
+		{"bytes", []byte("hi"), []byte("hi")},
+		{"byte array", [2]byte{1, 2}, []byte{1, 2}},
+		{"value types stay", []any{Decimal("1.50"), UUID{1}, Date{Year: 2024, Month: 1, Day: 2}}, []any{Decimal("1.50"), UUID{1}, Date{Year: 2024, Month: 1, Day: 2}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ToValueStrict(tt.give)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got, valueOpts); diff != "" {
+				t.Errorf("ToValueStrict(%#v) mismatch (-want +got):\n%s", tt.give, diff)
+			}
+			// What both accept, both convert alike.
+			loose, err := ToValue(tt.give)
+			if err != nil {
+				t.Fatalf("ToValue(%#v): %v", tt.give, err)
+			}
+			if diff := cmp.Diff(loose, got, valueOpts); diff != "" {
+				t.Errorf("ToValueStrict and ToValue differ on %#v (-ToValue +ToValueStrict):\n%s", tt.give, diff)
+			}
+		})
+	}
+
+	cyclic := map[string]any{}
+	cyclic["self"] = cyclic
+	refused := []struct {
+		name string
+		give any
+		want error
+	}{
+		{"struct", point{X: 1}, ErrUnencodable},
+		{"struct in a slice", []any{int64(1), point{}}, ErrUnencodable},
+		{"struct in a map", map[string]any{"k": point{}}, ErrUnencodable},
+		{"pointer to struct", &point{}, ErrUnencodable},
+		{"int-keyed map", map[int]string{1: "a"}, ErrUnencodable},
+		{"chan", make(chan int), ErrUnencodable},
+		{"func", func() {}, ErrUnencodable},
+		{"complex", complex(1, 2), ErrUnencodable},
+		{"cyclic map", cyclic, ErrTooDeep},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ToValueStrict(tt.give)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("ToValueStrict(%T) = %#v, %v; want an error wrapping %v", tt.give, got, err, tt.want)
+			}
+		})
+	}
+
+	// The result shares no memory with the input, []byte included.
+	b := []byte("ab")
+	in := []any{b, map[string]any{"b": b}}
+	out, err := ToValueStrict(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[0] = 'X'
+	if got := out.([]any)[0].([]byte); string(got) != "ab" {
+		t.Errorf("ToValueStrict output shares a []byte with its input: %q", got)
+	}
+	if got := out.([]any)[1].(map[string]any)["b"].([]byte); string(got) != "ab" {
+		t.Errorf("ToValueStrict output shares a nested []byte with its input: %q", got)
 	}
 }
 
