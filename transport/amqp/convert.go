@@ -27,7 +27,11 @@ import (
 //
 // Writing (celeriac → broker) emits only the field types py-amqp reads back
 // as the same value: integers as 'I' (int32) when they fit, otherwise 'l'
-// (int64); float64 'd'; bool 't'; string 'S'; []byte 'x', or 'S' when it is
+// (int64); float64 'd', and float32 'd' too, as the float64 with its shortest
+// digits (float32(0.1) is written as 0.1, not 0.10000000149011612, as
+// protocol.ToValue widens it and the Redis envelope's JSON carries it; a
+// float32 read from the broker, 'f', is widened exactly, as py-amqp reads
+// it); bool 't'; string 'S'; []byte 'x', or 'S' when it is
 // not valid UTF-8 (py-amqp reads both as bytes, and 'S' is what such a value
 // arrived as, so a header read and re-published keeps its bytes and its
 // tag); decimals 'D';
@@ -240,7 +244,8 @@ func toField(v any, depth int) (any, error) {
 	case bool, string, float64:
 		return v, nil
 	case float32:
-		return float64(v), nil
+		f, _ := protocol.ToValue(v) // a float64, never an error
+		return f, nil
 	case int:
 		return intField(int64(v)), nil
 	case int8:

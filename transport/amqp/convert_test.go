@@ -53,7 +53,7 @@ func TestToTable(t *testing.T) {
 	give := map[string]any{
 		"small": int64(7), "big": int64(1700000000000), "neg": int64(-5000000000),
 		"edge": int64(math.MinInt32), "int": 3, "u64": uint64(5), "bigint": big.NewInt(42),
-		"f": 1.5, "f32": float32(0.5), "s": "x", "b": false, "nil": nil, "bytes": []byte{1},
+		"f": 1.5, "f32": float32(0.5), "f32digits": float32(0.1), "s": "x", "b": false, "nil": nil, "bytes": []byte{1},
 		"dec": protocol.Decimal("-0.005"), "ts": ts,
 		"list":  []any{int64(1), []any{"a"}, map[string]any{"k": int64(1) << 40}},
 		"strs":  []string{"a", "b"},
@@ -63,7 +63,7 @@ func TestToTable(t *testing.T) {
 	want := amqp091.Table{
 		"small": int32(7), "big": int64(1700000000000), "neg": int64(-5000000000),
 		"edge": int32(math.MinInt32), "int": int32(3), "u64": int32(5), "bigint": int32(42),
-		"f": 1.5, "f32": 0.5, "s": "x", "b": false, "nil": nil, "bytes": []byte{1},
+		"f": 1.5, "f32": 0.5, "f32digits": 0.1, "s": "x", "b": false, "nil": nil, "bytes": []byte{1},
 		"dec": amqp091.Decimal{Scale: 3, Value: -5}, "ts": time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC),
 		"list":  []any{int32(1), []any{"a"}, amqp091.Table{"k": int64(1) << 40}},
 		"strs":  []any{"a", "b"},
