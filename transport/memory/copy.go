@@ -3,23 +3,23 @@ package memory
 import (
 	"fmt"
 	"maps"
-	"math"
 	"math/big"
-	"reflect"
 	"time"
 
 	"github.com/celeriac/celeriac/protocol"
 )
 
-// maxDepth bounds the nesting of header and property values. It also stops a
-// value that contains itself (a map holding itself) from recursing forever.
-const maxDepth = 256
-
 // importMessage returns the broker's own copy of m with every header and
-// extra property value converted to the protocol value types, as a real
-// broker round trip would leave them: Go ints become int64, float32 becomes
-// float64, typed slices and maps become []any and map[string]any. A value no
-// broker could carry (a struct, a channel, a func) is an error.
+// extra property value converted by protocol.ToValueStrict, as the real
+// adapters leave them: Go ints become int64, float32 becomes the float64
+// with the same shortest digits (0.1, as the Redis envelope's JSON and the
+// AMQP adapter carry it), typed slices and maps become []any and
+// map[string]any. A value no broker carries (a channel, a func, a cycle) is
+// an error, and so is a struct or a map without string keys: the AMQP
+// adapter refuses those, and the Redis one sends whatever encoding/json
+// makes of them. Typed slices and maps ([]int, map[string]int) are taken
+// as the Redis adapter takes them, although the AMQP adapter accepts only
+// []string and map[string]string.
 func importMessage(m *protocol.Message) (stored, error) {
 	var s stored
 	s.msg = *m
@@ -43,9 +43,9 @@ type stored struct {
 	nestedExtra   []string
 }
 
-// importMap copies m with importValue and lists the keys holding containers.
-// Values that already have a protocol type, the usual case, make the copy a
-// plain map clone.
+// importMap copies m with protocol.ToValueStrict and lists the keys holding
+// containers. Values that already have a protocol type, the usual case,
+// make the copy a plain map clone.
 func importMap(m map[string]any, what string) (map[string]any, []string, error) {
 	if m == nil {
 		return nil, nil, nil
@@ -66,7 +66,7 @@ func importMap(m map[string]any, what string) (map[string]any, []string, error) 
 	if convert {
 		nested = nested[:0]
 		for k, v := range m {
-			nv, err := importValue(v, 1)
+			nv, err := protocol.ToValueStrict(v)
 			if err != nil {
 				return nil, nil, fmt.Errorf("memory: %s %q: %w", what, k, err)
 			}
@@ -79,131 +79,13 @@ func importMap(m map[string]any, what string) (map[string]any, []string, error) 
 		return out, nested, nil
 	}
 	for _, k := range nested {
-		nv, err := importValue(m[k], 1)
+		nv, err := protocol.ToValueStrict(m[k])
 		if err != nil {
 			return nil, nil, fmt.Errorf("memory: %s %q: %w", what, k, err)
 		}
 		out[k] = nv
 	}
 	return out, nested, nil
-}
-
-func importValue(v any, depth int) (any, error) {
-	if depth > maxDepth {
-		return nil, fmt.Errorf("nested deeper than %d levels", maxDepth)
-	}
-	switch x := v.(type) {
-	case nil, bool, string, int64, float64, time.Time,
-		protocol.Date, protocol.TimeOfDay, protocol.Decimal, protocol.UUID:
-		return x, nil
-	case int:
-		return int64(x), nil
-	case int8:
-		return int64(x), nil
-	case int16:
-		return int64(x), nil
-	case int32:
-		return int64(x), nil
-	case uint8:
-		return int64(x), nil
-	case uint16:
-		return int64(x), nil
-	case uint32:
-		return int64(x), nil
-	case uint:
-		return importUint(uint64(x)), nil
-	case uint64:
-		return importUint(x), nil
-	case float32:
-		return float64(x), nil
-	case *big.Int:
-		if x == nil {
-			return nil, nil
-		}
-		if x.IsInt64() {
-			return x.Int64(), nil
-		}
-		return new(big.Int).Set(x), nil
-	case []byte:
-		return cloneBytes(x), nil
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			ne, err := importValue(e, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = ne
-		}
-		return out, nil
-	case map[string]any:
-		out := make(map[string]any, len(x))
-		for k, e := range x {
-			ne, err := importValue(e, depth+1)
-			if err != nil {
-				return nil, fmt.Errorf("key %q: %w", k, err)
-			}
-			out[k] = ne
-		}
-		return out, nil
-	}
-	return importReflect(reflect.ValueOf(v), depth)
-}
-
-func importUint(u uint64) any {
-	if u > math.MaxInt64 {
-		return new(big.Int).SetUint64(u)
-	}
-	return int64(u)
-}
-
-// importReflect handles typed slices and maps ([]string, map[string]int, ...)
-// that Go callers naturally build.
-func importReflect(rv reflect.Value, depth int) (any, error) {
-	switch rv.Kind() {
-	case reflect.Slice, reflect.Array:
-		if rv.Kind() == reflect.Slice && rv.IsNil() {
-			return nil, nil
-		}
-		out := make([]any, rv.Len())
-		for i := range out {
-			e, err := importValue(rv.Index(i).Interface(), depth+1)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = e
-		}
-		return out, nil
-	case reflect.Map:
-		if rv.Type().Key().Kind() != reflect.String {
-			break
-		}
-		if rv.IsNil() {
-			return nil, nil
-		}
-		out := make(map[string]any, rv.Len())
-		it := rv.MapRange()
-		for it.Next() {
-			k := it.Key().String()
-			e, err := importValue(it.Value().Interface(), depth+1)
-			if err != nil {
-				return nil, fmt.Errorf("key %q: %w", k, err)
-			}
-			out[k] = e
-		}
-		return out, nil
-	case reflect.String:
-		return rv.String(), nil
-	case reflect.Bool:
-		return rv.Bool(), nil
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return rv.Int(), nil
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		return importUint(rv.Uint()), nil
-	case reflect.Float32, reflect.Float64:
-		return rv.Float(), nil
-	}
-	return nil, fmt.Errorf("unsupported value type %T", rv.Interface())
 }
 
 // exportMessage returns a deep copy of the broker's message for a consumer,

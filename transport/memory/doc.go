@@ -29,9 +29,13 @@
 //   - Messages are deep-copied at publish and again at delivery: publisher
 //     and consumers never share header maps, slices or body bytes. Header and
 //     extra property values are converted to protocol's value types at
-//     publish (int → int64, float32 → float64, []string → []any, ...), as a
-//     real broker round trip would; values no broker could carry (structs,
-//     channels, funcs, cycles) make Publish fail.
+//     publish with protocol.ToValueStrict (int → int64, float32(0.1) → 0.1,
+//     []string → []any, ...), as the Redis and AMQP adapters convert them.
+//     Structs, maps without string keys, channels, funcs and cycles make
+//     Publish fail, as on AMQP (the Redis adapter sends a struct as
+//     encoding/json writes it). Typed slices and maps such as []int are
+//     accepted, as on Redis; the AMQP adapter accepts only []string and
+//     map[string]string.
 //   - A consumer never has more than Prefetch deliveries handed out and not
 //     settled; SetPrefetch applies at once in both directions. Consumers of
 //     one queue share its messages; one consumer takes from its queues in

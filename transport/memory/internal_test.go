@@ -92,7 +92,9 @@ func FuzzTopicMatch(f *testing.F) {
 	})
 }
 
-func TestImportValue(t *testing.T) {
+// TestImportValues: header values become what the Redis and AMQP adapters
+// deliver for them.
+func TestImportValues(t *testing.T) {
 	huge := new(big.Int).SetUint64(math.MaxUint64)
 	tests := []struct {
 		name string
@@ -106,6 +108,10 @@ func TestImportValue(t *testing.T) {
 		{"uint64 small", uint64(64), int64(64)},
 		{"uint64 huge", uint64(math.MaxUint64), huge},
 		{"float32", float32(1.5), float64(1.5)},
+		{"float32 shortest digits", float32(0.1), 0.1},
+		{"float32 nested", []any{map[string]any{"f": float32(0.1)}}, []any{map[string]any{"f": 0.1}}},
+		{"pointer", func() *int { i := 3; return &i }(), int64(3)},
+		{"nil pointer", (*int)(nil), nil},
 		{"big in range", big.NewInt(5), int64(5)},
 		{"big out of range", huge, huge},
 		{"nil big", (*big.Int)(nil), nil},
@@ -121,12 +127,12 @@ func TestImportValue(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := importValue(tt.give, 0)
+			s, err := importMessage(&protocol.Message{Headers: map[string]any{"h": tt.give, "ok": int64(1)}})
 			if err != nil {
-				t.Fatalf("importValue(%#v): %v", tt.give, err)
+				t.Fatalf("importMessage(header %#v): %v", tt.give, err)
 			}
-			if !valueEqual(got, tt.want) {
-				t.Errorf("importValue(%#v) = %#v (%T), want %#v (%T)", tt.give, got, got, tt.want, tt.want)
+			if got := s.msg.Headers["h"]; !valueEqual(got, tt.want) {
+				t.Errorf("header %#v imported as %#v (%T), want %#v (%T)", tt.give, got, got, tt.want, tt.want)
 			}
 		})
 	}
@@ -179,7 +185,7 @@ func TestImportRejects(t *testing.T) {
 		{"struct", struct{ A int }{1}},
 		{"chan", make(chan int)},
 		{"func", func() {}},
-		{"pointer", new(int)},
+		{"pointer to struct", &struct{ A int }{1}},
 		{"int-keyed map", map[int]string{1: "a"}},
 		{"cyclic map", cyclic},
 		{"cyclic slice", cyclicSlice},

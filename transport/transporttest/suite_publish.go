@@ -3,6 +3,7 @@ package transporttest
 import (
 	"fmt"
 	"math"
+	"math/big"
 	"strings"
 	"testing"
 
@@ -14,6 +15,8 @@ func publishTests() []testCase {
 	return []testCase{
 		{"RoundTrip", testRoundTrip},
 		{"NoAliasing", testNoAliasing},
+		{"GoValues", testGoValues},
+		{"Unencodable", testUnencodable},
 		{"FIFO", testFIFO},
 		{"SeveralQueues", testSeveralQueues},
 		{"DirectExchange", testDirectExchange},
@@ -137,6 +140,80 @@ func testNoAliasing(t *testing.T, e *env) {
 		t.Fatalf("consumer's changes to a delivery reached the redelivered message:\n%s", diff)
 	}
 	e.ack(d2)
+}
+
+// testGoValues: header values of plain Go types (the narrower integers,
+// float32, []string, map[string]string) arrive as the protocol's value
+// types, the same on every broker. A float32 arrives as the float64 with
+// its shortest digits, 0.1 and not 0.10000000149011612: that is what the
+// Redis envelope's JSON carries, what the AMQP adapter writes, and what a
+// Python consumer reads from either.
+func testGoValues(t *testing.T, e *env) {
+	tr := e.transport()
+	q := e.queue()
+	c := e.consume(tr, 1, transport.Queue{Name: q})
+	m := msg("go-values")
+	give := map[string]any{
+		"int":        5,
+		"int8":       int8(-3),
+		"int32":      int32(-70000),
+		"uint16":     uint16(60000),
+		"uint32":     uint32(4000000000),
+		"big_small":  big.NewInt(42),
+		"f32":        float32(0.1),
+		"f32_whole":  float32(2), // must stay a float, not become 2
+		"f32_list":   []any{float32(0.25), float32(0.1)},
+		"f32_map":    map[string]any{"f": float32(0.1)},
+		"strings":    []string{"a", "b"},
+		"string_map": map[string]string{"k": "v"},
+	}
+	want := map[string]any{
+		"int":        int64(5),
+		"int8":       int64(-3),
+		"int32":      int64(-70000),
+		"uint16":     int64(60000),
+		"uint32":     int64(4000000000),
+		"big_small":  int64(42),
+		"f32":        0.1,
+		"f32_whole":  2.0,
+		"f32_list":   []any{0.25, 0.1},
+		"f32_map":    map[string]any{"f": 0.1},
+		"strings":    []any{"a", "b"},
+		"string_map": map[string]any{"k": "v"},
+	}
+	for k, v := range give {
+		m.Headers[k] = v
+	}
+	e.publish(tr, q, m)
+	d := e.recv(c)
+	for _, line := range diffMap("header ", want, d.Message.Headers, func(k string) bool { _, ok := want[k]; return !ok }) {
+		t.Error(line)
+	}
+	e.ack(d)
+}
+
+// testUnencodable: a header value no broker can carry (a channel, a func, a
+// complex number) makes Publish fail, and nothing is enqueued.
+func testUnencodable(t *testing.T, e *env) {
+	tr := e.transport()
+	q := e.queue()
+	c := e.consume(tr, 1, transport.Queue{Name: q})
+	for _, v := range []any{make(chan int), func() {}, complex(1, 2), []any{"ok", make(chan int)}} {
+		m := msg(fmt.Sprintf("unencodable-%T", v))
+		m.Headers["bad"] = v
+		if err := tr.Publish(e.ctx, &transport.Publishing{RoutingKey: q, Message: m}); err == nil {
+			t.Errorf("Publish with a %T header succeeded", v)
+		}
+	}
+	// The queue is FIFO: had a refused message been enqueued, it would come
+	// first.
+	e.publish(tr, q, msg("after"))
+	d := e.recv(c)
+	if got := msgID(d.Message); got != "after" {
+		t.Errorf("first delivery is %s, want the message published after the refused ones", got)
+	}
+	e.ack(d)
+	e.waitLen(tr, q, 0)
 }
 
 func testFIFO(t *testing.T, e *env) {
