@@ -144,7 +144,14 @@ func ExampleNewTyped() {
 	mul := client.NewTyped[mulArgs, int](c, "tasks.mul")
 	product, err := mul.Call(ctx, mulArgs{A: 6, B: 7}) // tasks.mul.delay(a=6, b=7).get()
 	fmt.Println(product, err)
-	// Output: 42 <nil>
+
+	// An array or slice is sent as positional arguments: a worker.Func task.
+	add := client.NewTyped[[2]int, int](c, "tasks.add")
+	sum, err := add.Call(ctx, [2]int{2, 3}) // tasks.add.delay(2, 3).get()
+	fmt.Println(sum, err)
+	// Output:
+	// 42 <nil>
+	// 5 <nil>
 }
 
 // A task that failed raises in Python; in Go, Get returns a *TaskError

@@ -7,17 +7,24 @@ import (
 	"github.com/celeriac/celeriac/protocol"
 )
 
-// Typed is a typed reference to a task whose keyword arguments are the
-// fields of Args and whose result is a Result: the caller's mirror of
-// worker.FuncKwargs.
+// Typed is a typed reference to a task whose arguments are an Args and
+// whose result is a Result: the caller's mirror of worker.FuncKwargs and
+// worker.Func.
 //
 //	type addArgs struct{ A, B int }
 //	add := client.NewTyped[addArgs, int](c, "tasks.add")
 //	sum, err := add.Call(ctx, addArgs{A: 2, B: 3})
 //
-// Args is sent through protocol.ToValue, so its json tags name the keyword
-// arguments (worker.FuncKwargs reads json tags too); it must encode as an
-// object. The result is bound into Result with protocol.Bind.
+// Args is sent through protocol.ToValue. A struct or map is sent as keyword
+// arguments, its json tags naming them (worker.FuncKwargs reads json tags
+// too); an array or slice is sent as positional arguments, which is how a
+// task registered with worker.Func (or a Python task called as add(2, 3))
+// is called:
+//
+//	add := client.NewTyped[[2]int, int](c, "tasks.add")
+//	sum, err := add.Call(ctx, [2]int{2, 3})
+//
+// The result is bound into Result with protocol.Bind.
 type Typed[Args, Result any] struct {
 	c    *Client
 	name string
@@ -29,13 +36,13 @@ func NewTyped[Args, Result any](c *Client, name string, opts ...SendOption) Type
 	return Typed[Args, Result]{c: c, name: name, opts: opts}
 }
 
-// Send sends the task with args as its keyword arguments.
+// Send sends the task with args as its keyword or positional arguments.
 func (t Typed[Args, Result]) Send(ctx context.Context, args Args, opts ...SendOption) (TypedResult[Result], error) {
-	kw, err := kwargsOf(args)
+	pos, kw, err := argsOf(args)
 	if err != nil {
 		return TypedResult[Result]{}, fmt.Errorf("client: %s: %w", t.name, err)
 	}
-	r, err := t.c.Send(ctx, t.name, nil, kw, append(append([]SendOption(nil), t.opts...), opts...)...)
+	r, err := t.c.Send(ctx, t.name, pos, kw, append(append([]SendOption(nil), t.opts...), opts...)...)
 	if err != nil {
 		return TypedResult[Result]{}, err
 	}
@@ -54,25 +61,28 @@ func (t Typed[Args, Result]) Call(ctx context.Context, args Args, opts ...SendOp
 
 // Signature returns the task's signature with args, for a canvas.
 func (t Typed[Args, Result]) Signature(args Args, opts ...SendOption) (Signature, error) {
-	kw, err := kwargsOf(args)
+	pos, kw, err := argsOf(args)
 	if err != nil {
 		return Signature{}, fmt.Errorf("client: %s: %w", t.name, err)
 	}
-	return NewSignature(t.name, nil, kw, append(append([]SendOption(nil), t.opts...), opts...)...), nil
+	return NewSignature(t.name, pos, kw, append(append([]SendOption(nil), t.opts...), opts...)...), nil
 }
 
-func kwargsOf(args any) (map[string]any, error) {
+// argsOf splits a Typed call's Args into positional or keyword arguments.
+func argsOf(args any) ([]any, map[string]any, error) {
 	v, err := protocol.ToValue(args)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	switch v := v.(type) {
 	case map[string]any:
-		return v, nil
+		return nil, v, nil
+	case []any:
+		return v, nil, nil
 	case nil:
-		return nil, nil
+		return nil, nil, nil
 	}
-	return nil, fmt.Errorf("arguments must encode as an object (a struct or a map), not %T", args)
+	return nil, nil, fmt.Errorf("arguments must encode as an object (a struct or a map: keyword arguments) or a list (an array or slice: positional arguments), not %T", args)
 }
 
 // TypedResult is the result of a Typed task.
