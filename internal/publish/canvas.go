@@ -116,6 +116,17 @@ func (a *Applier) Apply(sig protocol.Signature, extra []any, c Call) ([]string, 
 		for i := len(tasks) - 1; i >= 1; i-- {
 			rest = append(rest, tasks[i])
 		}
+		if len(tasks) > 1 && !c.HasChain && (c.GroupID != "" || c.Chord != nil) {
+			if last := tasks[len(tasks)-1]; last.SubtaskType == "" || last.SubtaskType == "signature" {
+				// A chain that is a group member or a chord header part: its
+				// last step stands for it (its result is the member's, it
+				// counts the chord part), as in Celery's prepare_steps; the
+				// first step must not, or the chord fires with the first
+				// step's result.
+				rest[0] = inGroup(last, c)
+				c.GroupID, c.GroupIndex, c.Chord = "", nil, nil
+			}
+		}
 		if c.HasChain {
 			rest = append(append([]protocol.Signature(nil), c.Chain...), rest...)
 		}
@@ -236,4 +247,23 @@ func (a *Applier) applyChord(sig protocol.Signature, extra []any, c Call) ([]str
 		}
 	}
 	return ids, nil
+}
+
+// inGroup returns a copy of s whose options make it the group member (and
+// chord part) that c describes, for whoever applies it later.
+func inGroup(s protocol.Signature, c Call) protocol.Signature {
+	s = s.Clone()
+	if s.Options == nil {
+		s.Options = map[string]any{}
+	}
+	if c.GroupID != "" {
+		s.Options["group_id"] = c.GroupID
+	}
+	if c.GroupIndex != nil {
+		s.Options["group_index"] = int64(*c.GroupIndex)
+	}
+	if c.Chord != nil {
+		s.Options["chord"] = c.Chord.Value()
+	}
+	return s
 }
