@@ -228,19 +228,26 @@ func (a *Applier) applyChord(sig protocol.Signature, extra []any, c Call) ([]str
 	case !a.UnlockChords:
 		return nil, ErrNoChords
 	}
-	var ids []string
+	// ids are what was published; parts the results chord_unlock waits
+	// for, one per header member: a chain's is its last step's.
+	var ids, parts []string
 	for i, t := range tasks {
 		idx := i
 		cc := c
 		cc.GroupID, cc.GroupIndex, cc.Chord = gid, &idx, &body
+		t, part := withLastStepID(t)
 		got, err := a.Apply(t, extra, cc)
 		ids = append(ids, got...)
 		if err != nil {
 			return ids, err
 		}
+		if part == "" && len(got) > 0 {
+			part = got[0]
+		}
+		parts = append(parts, part)
 	}
 	if a.SetChordSize == nil {
-		got, err := a.unlock(gid, ids, body, c)
+		got, err := a.unlock(gid, parts, body, c)
 		ids = append(ids, got...)
 		if err != nil {
 			return ids, err
@@ -266,4 +273,38 @@ func inGroup(s protocol.Signature, c Call) protocol.Signature {
 		s.Options["chord"] = c.Chord.Value()
 	}
 	return s
+}
+
+// withLastStepID gives the last step of a chain an id when it has none (as
+// Celery's freeze does) and returns it: the chain's result as a group or
+// chord member. Other signatures are returned as they are, with "".
+func withLastStepID(s protocol.Signature) (protocol.Signature, string) {
+	if s.SubtaskType != "chain" {
+		return s, ""
+	}
+	tasks, err := SignatureList(s.Kwargs["tasks"])
+	if err != nil || len(tasks) < 2 {
+		return s, ""
+	}
+	last := tasks[len(tasks)-1]
+	if last.SubtaskType != "" && last.SubtaskType != "signature" {
+		return s, ""
+	}
+	if id := last.TaskID(); id != "" {
+		return s, id
+	}
+	last = last.Clone()
+	if last.Options == nil {
+		last.Options = map[string]any{}
+	}
+	id := NewID()
+	last.Options["task_id"] = id
+	s = s.Clone()
+	vals := make([]any, len(tasks))
+	for i := range tasks {
+		vals[i] = tasks[i].Value()
+	}
+	vals[len(vals)-1] = last.Value()
+	s.Kwargs["tasks"] = vals
+	return s, id
 }

@@ -61,3 +61,42 @@ func TestApplyChainInChordHeader(t *testing.T) {
 		t.Errorf("the second header part: group %q, index %v, chord %v", other.Group, other.GroupIndex, other.Embed.Chord)
 	}
 }
+
+// TestChordUnlockWaitsForChainsLastStep: on a backend that unlocks chords,
+// celery.chord_unlock waits for a header chain's last step, which gets an id
+// when it has none.
+func TestChordUnlockWaitsForChainsLastStep(t *testing.T) {
+	var sent []*protocol.TaskMessage
+	a := &Applier{P: New(nil, Config{}), UnlockChords: true, Publish: func(m *protocol.TaskMessage, _ Destination, _ *Options) error {
+		sent = append(sent, m)
+		return nil
+	}}
+	noID := sig("mul", 10)
+	delete(noID.Options, "task_id")
+	header := protocol.Signature{Task: "celery.group", SubtaskType: "group", Args: []any{}, Options: map[string]any{"task_id": "gid"},
+		Kwargs: map[string]any{"tasks": []any{
+			chainOf(sig("add", 1, 1), sig("mul", 10)).Value(),
+			chainOf(sig("sub", 1, 1), noID).Value(),
+			sig("sq", 5).Value(),
+		}}}
+	chord := protocol.Signature{Task: "celery.chord", SubtaskType: "chord", Args: []any{}, Options: map[string]any{},
+		Kwargs: map[string]any{"header": header.Value(), "body": sig("tsum").Value(), "kwargs": map[string]any{}}}
+	if _, err := a.Apply(chord, nil, Call{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(sent) != 4 || sent[3].Name != ChordUnlockTask {
+		t.Fatalf("sent %d messages, want 3 header tasks and chord_unlock", len(sent))
+	}
+	assigned := sent[1].Embed.Chain[0].TaskID()
+	if assigned == "" {
+		t.Fatalf("the second chain's last step has no id: %v", sent[1].Embed.Chain[0].Options)
+	}
+	want := []any{
+		[]any{[]any{"mul-id", nil}, nil},
+		[]any{[]any{assigned, nil}, nil},
+		[]any{[]any{"sq-id", nil}, nil},
+	}
+	if diff := cmp.Diff(want, sent[3].Kwargs["result"]); diff != "" {
+		t.Errorf("chord_unlock's results mismatch (-want +got):\n%s", diff)
+	}
+}
