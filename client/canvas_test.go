@@ -127,6 +127,31 @@ func TestCanvasOnCeleriac(t *testing.T) {
 			t.Fatalf("chain(group, tsum, add) = %v, %v; want 1006", v, err)
 		}
 	})
+	t.Run("chain in a chord header", func(t *testing.T) {
+		// The chain's last step is the part: 12, not its first step's 2.
+		r, err := c.Apply(ctx, client.Chord([]client.Signature{client.Chain(add(1, 1), add(10)), add(5, 5)},
+			client.NewSignature("tasks.tsum", nil, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := r.Get(ctx); err != nil || fmt.Sprint(v) != "22" {
+			t.Fatalf("chord([chain(add(1, 1), add(10)), add(5, 5)], tsum) = %v, %v; want 22", v, err)
+		}
+		// Its first step fails: the part is counted failed for the last
+		// step, and the body fails instead of waiting.
+		r, err = c.Apply(ctx, client.Chord([]client.Signature{
+			client.Chain(client.NewSignature("tasks.fail", nil, nil), add(10)), add(5, 5),
+		}, client.NewSignature("tasks.tsum", nil, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		short, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		var te *client.TaskError
+		if _, err := r.Get(short); !errors.As(err, &te) || te.Type != "ChordError" {
+			t.Fatalf("chord whose header chain fails = %v; want ChordError", err)
+		}
+	})
 	t.Run("link", func(t *testing.T) {
 		cb := client.NewSignature("tasks.add", []any{10}, nil, client.TaskID("cb-"+protocol.NewID()))
 		r, err := c.Send(ctx, "tasks.add", []any{1, 2}, nil, client.Link(cb))

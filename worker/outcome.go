@@ -36,7 +36,7 @@ func (w *Worker) succeed(r *run, result any, runtime time.Duration) {
 		w.store(r, protocol.StateSuccess, result, "", children)
 	}
 	if m.Embed.Chord != nil && m.Group != "" {
-		w.chordPartReturn(r, protocol.StateSuccess, result)
+		w.chordPartReturn(r, partOf(m), protocol.StateSuccess, result)
 	}
 	r.logAt(zap.InfoLevel, "task succeeded", zap.Duration("runtime", runtime))
 	w.cfg.Observer.TaskFinished(m.Name, OutcomeSucceeded, runtime)
@@ -103,15 +103,21 @@ func (w *Worker) fail(r *run, err error, reason string) {
 		w.store(r, protocol.StateFailure, ex, tb, nil)
 	}
 	// Celery's mark_as_failure: the pre-assigned ids of the remaining chain
-	// steps fail too, so that a client waiting on the chain's last id wakes up.
+	// steps fail too, so that a client waiting on the chain's last id wakes up,
+	// and a step that is a chord part (the last step of a chain in a chord's
+	// header) counts its part, or the chord would wait for it for ever.
 	for _, s := range m.Embed.Chain {
-		if id, _ := s.Options["task_id"].(string); id != "" && w.cfg.Backend != nil {
+		id, _ := s.Options["task_id"].(string)
+		if id != "" && w.cfg.Backend != nil {
 			w.storeMeta(r, &protocol.ResultMeta{TaskID: id, Status: protocol.StateFailure, Result: ex, Traceback: tb,
 				Children: []any{}, DateDone: time.Now().UTC(), ParentID: m.ID}, "")
 		}
+		if part, ok := chainPartOf(s, id); ok {
+			w.chordPartReturn(r, part, protocol.StateFailure, ex)
+		}
 	}
 	if m.Embed.Chord != nil && m.Group != "" {
-		w.chordPartReturn(r, protocol.StateFailure, ex)
+		w.chordPartReturn(r, partOf(m), protocol.StateFailure, ex)
 	}
 	w.callErrbacks(m, r.p.d.Queue, m.Embed.Errbacks, r.span)
 	if w.events.taskOn() {
@@ -184,9 +190,37 @@ func (w *Worker) reject(r *run, rej *RejectError) {
 	})
 }
 
+// chordPart is a chord header task: the task that runs (partOf) or a
+// chain step it fails on behalf of (chainPartOf).
+type chordPart struct {
+	id, group string
+	index     *int
+	body      protocol.Signature
+}
+
+func partOf(m *protocol.TaskMessage) chordPart {
+	return chordPart{id: m.ID, group: m.Group, index: m.GroupIndex, body: *m.Embed.Chord}
+}
+
+// chainPartOf reads the chord part a chain step's options make it.
+func chainPartOf(s protocol.Signature, id string) (chordPart, bool) {
+	if s.Options["chord"] == nil || s.GroupID() == "" || id == "" {
+		return chordPart{}, false
+	}
+	body, err := protocol.DecodeSignature(s.Options["chord"])
+	if err != nil {
+		return chordPart{}, false
+	}
+	p := chordPart{id: id, group: s.GroupID(), body: body}
+	if i, ok := publish.ToInt(s.Options["group_index"]); ok {
+		p.index = &i
+	}
+	return p, true
+}
+
 // chordPartReturn counts a chord header task and, if it completed the
 // chord, sends the body (or fails it when a part failed).
-func (w *Worker) chordPartReturn(r *run, state protocol.State, result any) {
+func (w *Worker) chordPartReturn(r *run, p chordPart, state protocol.State, result any) {
 	m := r.p.m
 	chords, ok := w.cfg.Backend.(backend.Chords)
 	if !ok {
@@ -202,23 +236,23 @@ func (w *Worker) chordPartReturn(r *run, state protocol.State, result any) {
 	err := w.persist(func(ctx context.Context) error {
 		var err error
 		res, err = chords.ChordPartReturn(ctx, backend.ChordPart{
-			GroupID: m.Group, GroupIndex: m.GroupIndex, TaskID: m.ID, State: state, Result: result,
+			GroupID: p.group, GroupIndex: p.index, TaskID: p.id, State: state, Result: result,
 		})
 		return err
 	})
 	if err != nil {
-		r.logAt(zap.ErrorLevel, "chord part return failed", zap.String("group_id", m.Group), zap.Error(err))
+		r.logAt(zap.ErrorLevel, "chord part return failed", zap.String("group_id", p.group), zap.Error(err))
 		return
 	}
 	if !res.Ready {
 		return
 	}
-	body := *m.Embed.Chord
+	body := p.body
 	bodyID, _ := body.Options["task_id"].(string)
 	values := make([]any, 0, len(res.Results))
 	for _, part := range res.Results {
 		if part.State == protocol.StateFailure || part.State == protocol.StateRevoked {
-			w.chordError(r, body, bodyID, part)
+			w.chordError(r, p.group, body, bodyID, part)
 			return
 		}
 		values = append(values, part.Result)
@@ -228,21 +262,21 @@ func (w *Worker) chordPartReturn(r *run, state protocol.State, result any) {
 		root = m.ID
 	}
 	if _, err := w.applySignature(body, []any{values}, callOptions{parentID: m.ID, rootID: root, queue: r.p.d.Queue, span: r.span}); err != nil {
-		r.logAt(zap.ErrorLevel, "sending the chord body failed", zap.String("group_id", m.Group), zap.Error(err))
+		r.logAt(zap.ErrorLevel, "sending the chord body failed", zap.String("group_id", p.group), zap.Error(err))
 	}
 }
 
 // chordError fails the chord body the way Celery does:
 // ChordError("Dependency <id> raised <repr>") stored for the body's id, then
 // the body's errbacks.
-func (w *Worker) chordError(r *run, body protocol.Signature, bodyID string, culprit backend.ChordPart) {
+func (w *Worker) chordError(r *run, group string, body protocol.Signature, bodyID string, culprit backend.ChordPart) {
 	repr := fmt.Sprint(culprit.Result)
 	if ex, ok := culprit.Result.(*protocol.ExceptionInfo); ok {
 		repr = excRepr(ex)
 	}
 	ex := &protocol.ExceptionInfo{Type: "ChordError", Module: moduleCelery,
 		Message: []any{fmt.Sprintf("Dependency %s raised %s", culprit.TaskID, repr)}}
-	r.logAt(zap.ErrorLevel, "chord failed", zap.String("group_id", r.p.m.Group), zap.String("body_id", bodyID), zap.String("culprit", culprit.TaskID))
+	r.logAt(zap.ErrorLevel, "chord failed", zap.String("group_id", group), zap.String("body_id", bodyID), zap.String("culprit", culprit.TaskID))
 	if bodyID != "" && w.cfg.Backend != nil {
 		w.storeMeta(r, &protocol.ResultMeta{TaskID: bodyID, Status: protocol.StateFailure, Result: ex,
 			Children: []any{}, DateDone: time.Now().UTC()}, "")
