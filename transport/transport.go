@@ -80,7 +80,11 @@ type Transport interface {
 	// Publish sends one message and returns once the broker has confirmed it
 	// (publisher confirm on AMQP, the command's reply on Redis), unless
 	// p.NoConfirm is set. A nil error means the message is durable at the
-	// broker as far as the broker can promise.
+	// broker as far as the broker can promise. A message with a header
+	// value no broker can carry (a channel, a func, a NaN or an infinite
+	// float, which RabbitMQ cannot parse) is refused before anything is
+	// sent, on every adapter, with an error wrapping
+	// protocol.ErrUnencodable: sending it again cannot help.
 	Publish(ctx context.Context, p *Publishing) error
 
 	// Subscribe receives the messages published to a broadcast exchange

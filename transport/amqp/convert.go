@@ -13,6 +13,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/celeriac/celeriac/protocol"
+	"github.com/celeriac/celeriac/transport/internal/headers"
 )
 
 // Conversions between amqp091's field-table values and the protocol package's
@@ -44,13 +45,21 @@ import (
 // Integers beyond int64 (*big.Int) have no AMQP field type and are refused
 // with an error, as are the protocol types with no AMQP counterpart (Date,
 // TimeOfDay, UUID): a header must not silently change type on the way out.
+// NaN and the infinities are refused too: RabbitMQ cannot parse them and
+// closes the connection (see headers.CheckFinite). Every refusal wraps
+// protocol.ErrUnencodable: sending the same message again cannot help, and
+// the worker's settle steps do not try.
 
 // maxValueDepth bounds the nesting of converted values; amqp091 itself
 // refuses tables nested deeper than 32 levels.
 const maxValueDepth = 64
 
-// errValueDepth is returned for values nested deeper than maxValueDepth.
-var errValueDepth = errors.New("amqp: header value nested too deeply")
+// errValueDepth is returned for values nested deeper than maxValueDepth,
+// errEncodeDepth when such a value is to be sent.
+var (
+	errValueDepth  = errors.New("amqp: header value nested too deeply")
+	errEncodeDepth = fmt.Errorf("%w: header value nested too deeply", protocol.ErrUnencodable)
+)
 
 // fromTable converts an amqp091 header table to protocol values.
 func fromTable(t amqp091.Table) (map[string]any, error) {
@@ -157,7 +166,7 @@ func decimalText(d amqp091.Decimal) protocol.Decimal {
 func decimalField(s protocol.Decimal) (amqp091.Decimal, error) {
 	text := string(s)
 	bad := func() (amqp091.Decimal, error) {
-		return amqp091.Decimal{}, fmt.Errorf("amqp: decimal %q does not fit an AMQP decimal (int32 × 10^-scale)", text)
+		return amqp091.Decimal{}, fmt.Errorf("%w: decimal %q does not fit an AMQP decimal (int32 × 10^-scale)", protocol.ErrUnencodable, text)
 	}
 	t := text
 	neg := false
@@ -216,12 +225,12 @@ func toTable(m map[string]any) (amqp091.Table, error) {
 
 func toTableDepth(m map[string]any, depth int) (amqp091.Table, error) {
 	if depth > maxValueDepth {
-		return nil, errValueDepth
+		return nil, errEncodeDepth
 	}
 	t := make(amqp091.Table, len(m))
 	for k, v := range m {
 		if len(k) > 255 {
-			return nil, fmt.Errorf("amqp: header name longer than 255 bytes (%d bytes, starting %.40q)", len(k), k)
+			return nil, fmt.Errorf("%w: header name longer than 255 bytes (%d bytes, starting %.40q)", protocol.ErrUnencodable, len(k), k)
 		}
 		fv, err := toField(v, depth)
 		if err != nil {
@@ -241,10 +250,18 @@ func toField(v any, depth int) (any, error) {
 			return string(v), nil
 		}
 		return v, nil
-	case bool, string, float64:
+	case bool, string:
+		return v, nil
+	case float64:
+		if err := headers.Float(v); err != nil {
+			return nil, err
+		}
 		return v, nil
 	case float32:
 		f, _ := protocol.ToValue(v) // a float64, never an error
+		if err := headers.Float(f.(float64)); err != nil {
+			return nil, err
+		}
 		return f, nil
 	case int:
 		return intField(int64(v)), nil
@@ -264,12 +281,12 @@ func toField(v any, depth int) (any, error) {
 		return intField(int64(v)), nil
 	case uint:
 		if uint64(v) > math.MaxInt64 {
-			return nil, fmt.Errorf("amqp: integer %d does not fit int64", v)
+			return nil, fmt.Errorf("%w: integer %d does not fit int64", protocol.ErrUnencodable, v)
 		}
 		return intField(int64(v)), nil
 	case uint64:
 		if v > math.MaxInt64 {
-			return nil, fmt.Errorf("amqp: integer %d does not fit int64", v)
+			return nil, fmt.Errorf("%w: integer %d does not fit int64", protocol.ErrUnencodable, v)
 		}
 		return intField(int64(v)), nil
 	case *big.Int:
@@ -277,7 +294,7 @@ func toField(v any, depth int) (any, error) {
 			return nil, nil
 		}
 		if !v.IsInt64() {
-			return nil, fmt.Errorf("amqp: integer %s does not fit int64 (AMQP has no wider integer)", v)
+			return nil, fmt.Errorf("%w: integer %s does not fit int64 (AMQP has no wider integer)", protocol.ErrUnencodable, v)
 		}
 		return intField(v.Int64()), nil
 	case time.Time:
@@ -304,7 +321,7 @@ func toField(v any, depth int) (any, error) {
 		return a, nil
 	case []any:
 		if depth+1 > maxValueDepth {
-			return nil, errValueDepth
+			return nil, errEncodeDepth
 		}
 		a := make([]any, len(v))
 		for i, e := range v {
@@ -316,7 +333,7 @@ func toField(v any, depth int) (any, error) {
 		}
 		return a, nil
 	}
-	return nil, fmt.Errorf("amqp: header value of type %T has no AMQP field type", v)
+	return nil, fmt.Errorf("%w: header value of type %T has no AMQP field type", protocol.ErrUnencodable, v)
 }
 
 // intField picks the narrowest integer type py-amqp reads back unchanged.
@@ -390,11 +407,11 @@ func messageFromDelivery(d *amqp091.Delivery) (protocol.Message, error) {
 func publishingFromMessage(m *protocol.Message) (amqp091.Publishing, error) {
 	h, err := toTable(m.Headers)
 	if err != nil {
-		return amqp091.Publishing{}, err
+		return amqp091.Publishing{}, fmt.Errorf("amqp: %w", err)
 	}
 	p := m.Properties
 	if p.Priority < 0 || p.Priority > math.MaxUint8 {
-		return amqp091.Publishing{}, fmt.Errorf("amqp: priority %d outside 0..255", p.Priority)
+		return amqp091.Publishing{}, fmt.Errorf("amqp: %w: priority %d outside 0..255", protocol.ErrUnencodable, p.Priority)
 	}
 	pub := amqp091.Publishing{
 		Headers:         h,
@@ -430,14 +447,14 @@ func publishingFromMessage(m *protocol.Message) (amqp091.Publishing, error) {
 		}
 		s, ok := v.(string)
 		if !ok {
-			return amqp091.Publishing{}, fmt.Errorf("amqp: property %s must be a string, not %T", k, v)
+			return amqp091.Publishing{}, fmt.Errorf("amqp: %w: property %s must be a string, not %T", protocol.ErrUnencodable, k, v)
 		}
 		*dst = s
 	}
 	for _, s := range []string{pub.ContentType, pub.ContentEncoding, pub.CorrelationId, pub.ReplyTo,
 		pub.Expiration, pub.MessageId, pub.Type, pub.UserId, pub.AppId} {
 		if len(s) > 255 {
-			return amqp091.Publishing{}, fmt.Errorf("amqp: property value longer than 255 bytes (%d bytes, starting %.40q)", len(s), s)
+			return amqp091.Publishing{}, fmt.Errorf("amqp: %w: property value longer than 255 bytes (%d bytes, starting %.40q)", protocol.ErrUnencodable, len(s), s)
 		}
 	}
 	return pub, nil
@@ -451,9 +468,9 @@ func timestampProperty(v any) (time.Time, error) {
 		return time.Unix(v, 0), nil
 	case float64:
 		if math.IsNaN(v) || math.IsInf(v, 0) || math.Abs(v) > 1e15 {
-			return time.Time{}, fmt.Errorf("amqp: timestamp property %v out of range", v)
+			return time.Time{}, fmt.Errorf("amqp: %w: timestamp property %v out of range", protocol.ErrUnencodable, v)
 		}
 		return time.Unix(int64(v), 0), nil
 	}
-	return time.Time{}, fmt.Errorf("amqp: timestamp property must be a time or Unix seconds, not %T", v)
+	return time.Time{}, fmt.Errorf("amqp: %w: timestamp property must be a time or Unix seconds, not %T", protocol.ErrUnencodable, v)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/celeriac/celeriac/protocol"
+	"github.com/celeriac/celeriac/transport/internal/headers"
 )
 
 // importMessage returns the broker's own copy of m with every header and
@@ -19,13 +20,18 @@ import (
 // adapter refuses those, and the Redis one sends whatever encoding/json
 // makes of them. Typed slices and maps ([]int, map[string]int) are taken
 // as the Redis adapter takes them, although the AMQP adapter accepts only
-// []string and map[string]string.
+// []string and map[string]string. A NaN or an infinite float in a header
+// is refused, as every adapter refuses it (see headers.CheckFinite).
 func importMessage(m *protocol.Message) (stored, error) {
 	var s stored
 	s.msg = *m
 	var err error
 	if s.msg.Headers, s.nestedHeaders, err = importMap(m.Headers, "header"); err != nil {
 		return stored{}, err
+	}
+	// Checked on the converted values, which are of protocol's types.
+	if err := headers.CheckFinite(s.msg.Headers); err != nil {
+		return stored{}, fmt.Errorf("memory: %w", err)
 	}
 	if s.msg.Properties.Extra, s.nestedExtra, err = importMap(m.Properties.Extra, "property"); err != nil {
 		return stored{}, err

@@ -35,7 +35,10 @@
 //     Publish fail, as on AMQP (the Redis adapter sends a struct as
 //     encoding/json writes it). Typed slices and maps such as []int are
 //     accepted, as on Redis; the AMQP adapter accepts only []string and
-//     map[string]string.
+//     map[string]string. A header that is or holds a NaN or an infinite
+//     float makes Publish fail with an error wrapping
+//     protocol.ErrUnencodable, as on every adapter (RabbitMQ cannot carry
+//     one).
 //   - A consumer never has more than Prefetch deliveries handed out and not
 //     settled; SetPrefetch applies at once in both directions. Consumers of
 //     one queue share its messages; one consumer takes from its queues in

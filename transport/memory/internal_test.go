@@ -189,12 +189,19 @@ func TestImportRejects(t *testing.T) {
 		{"int-keyed map", map[int]string{1: "a"}},
 		{"cyclic map", cyclic},
 		{"cyclic slice", cyclicSlice},
+		{"NaN", math.NaN()},
+		{"float32 +Inf", float32(math.Inf(1))},
+		{"NaN in a list", []any{1.5, math.NaN()}},
+		{"-Inf in a typed map", map[string]float64{"f": math.Inf(-1)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := importMessage(&protocol.Message{Headers: map[string]any{"h": tt.give, "ok": int64(1)}})
 			if err == nil {
 				t.Fatalf("importMessage accepted a %T header", tt.give)
+			}
+			if !errors.Is(err, protocol.ErrUnencodable) && !errors.Is(err, protocol.ErrTooDeep) {
+				t.Errorf("error %v wraps neither protocol.ErrUnencodable nor protocol.ErrTooDeep", err)
 			}
 			if !strings.Contains(err.Error(), `header "h"`) {
 				t.Errorf("error %q does not name the header", err)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
+	"github.com/celeriac/celeriac/transport/internal/headers"
 )
 
 var (
@@ -263,12 +264,20 @@ func (t *Transport) isFanout(exchange, typ string) bool {
 // delivery tag. A message no binding matches goes nowhere, as in kombu and
 // AMQP (it is logged at debug level). Publish returns transport.ErrClosed
 // after Close.
+//
+// A header that is or holds a NaN or an infinite float is refused with an
+// error wrapping protocol.ErrUnencodable, although the envelope's JSON could
+// carry it (Python's json reads NaN): RabbitMQ cannot, and a message must
+// not work on one broker and fail on another.
 func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) (err error) {
 	if t.isClosed() {
 		return transport.ErrClosed
 	}
 	if p.Exchange == "" && p.RoutingKey == "" {
 		return errors.New("redis: publish needs an exchange or a routing key")
+	}
+	if err := headers.CheckFinite(p.Message.Headers); err != nil {
+		return fmt.Errorf("redis: %w", err)
 	}
 	env := &protocol.Envelope{
 		Message:      p.Message,

@@ -1,6 +1,8 @@
 package transporttest
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/big"
@@ -17,6 +19,7 @@ func publishTests() []testCase {
 		{"NoAliasing", testNoAliasing},
 		{"GoValues", testGoValues},
 		{"Unencodable", testUnencodable},
+		{"NonFiniteHeader", testNonFiniteHeader},
 		{"FIFO", testFIFO},
 		{"SeveralQueues", testSeveralQueues},
 		{"DirectExchange", testDirectExchange},
@@ -201,8 +204,8 @@ func testUnencodable(t *testing.T, e *env) {
 	for _, v := range []any{make(chan int), func() {}, complex(1, 2), []any{"ok", make(chan int)}} {
 		m := msg(fmt.Sprintf("unencodable-%T", v))
 		m.Headers["bad"] = v
-		if err := tr.Publish(e.ctx, &transport.Publishing{RoutingKey: q, Message: m}); err == nil {
-			t.Errorf("Publish with a %T header succeeded", v)
+		if err := tr.Publish(e.ctx, &transport.Publishing{RoutingKey: q, Message: m}); !errors.Is(err, protocol.ErrUnencodable) {
+			t.Errorf("Publish with a %T header: %v, want an error wrapping protocol.ErrUnencodable", v, err)
 		}
 	}
 	// The queue is FIFO: had a refused message been enqueued, it would come
@@ -211,6 +214,55 @@ func testUnencodable(t *testing.T, e *env) {
 	d := e.recv(c)
 	if got := msgID(d.Message); got != "after" {
 		t.Errorf("first delivery is %s, want the message published after the refused ones", got)
+	}
+	e.ack(d)
+	e.waitLen(tr, q, 0)
+}
+
+// testNonFiniteHeader: a header that is or holds a NaN or an infinity makes
+// Publish fail at once with an error wrapping protocol.ErrUnencodable, and
+// nothing is enqueued. RabbitMQ cannot parse such a float in a header table
+// (it closes the connection); the Redis envelope could carry it, but a
+// message must not work on one broker and fail on another. Each Publish is
+// bounded by Features.Timeout, so that a transport that hangs on one fails
+// the test instead of stalling the run.
+func testNonFiniteHeader(t *testing.T, e *env) {
+	tr := e.transport()
+	q := e.queue()
+	c := e.consume(tr, 1, transport.Queue{Name: q})
+	tests := []struct {
+		name string
+		v    any
+	}{
+		{"NaN", math.NaN()},
+		{"float32-NaN", float32(math.NaN())},
+		{"+Inf", math.Inf(1)},
+		{"-Inf", math.Inf(-1)},
+		{"float32-Inf", float32(math.Inf(-1))},
+		{"in-a-list", []any{"ok", 1.5, math.NaN()}},
+		{"in-a-map", map[string]any{"ok": 1.5, "f": math.Inf(1)}},
+		{"typed-slice", []float64{0.5, math.NaN()}},
+	}
+	for _, tt := range tests {
+		m := msg("non-finite-" + tt.name)
+		m.Headers["bad"] = tt.v
+		ctx, cancel := context.WithTimeout(e.ctx, e.f.Timeout)
+		err := tr.Publish(ctx, &transport.Publishing{RoutingKey: q, Message: m})
+		cancel()
+		if !errors.Is(err, protocol.ErrUnencodable) {
+			t.Errorf("Publish, header %s: %v, want an error wrapping protocol.ErrUnencodable", tt.name, err)
+		}
+	}
+	// Finite floats, NaN's neighbours, still go through.
+	ok := msg("finite")
+	ok.Headers["max"], ok.Headers["tiny"] = math.MaxFloat64, math.SmallestNonzeroFloat64
+	e.publish(tr, q, ok)
+	d := e.recv(c)
+	if got := msgID(d.Message); got != "finite" {
+		t.Errorf("first delivery is %s, want the message with finite floats, published after the refused ones", got)
+	}
+	if got := d.Message.Headers["max"]; got != math.MaxFloat64 {
+		t.Errorf("header max = %v, want %v", got, math.MaxFloat64)
 	}
 	e.ack(d)
 	e.waitLen(tr, q, 0)
