@@ -140,8 +140,10 @@ type Config struct {
 	QoS QoSMode
 
 	// ConfirmTimeout bounds the wait for the broker's publisher confirm of
-	// one Publish, on top of the caller's ctx. Zero means 30 s; negative
-	// means only the ctx bounds it.
+	// one Publish, on top of the caller's ctx: the waits of every time the
+	// message is sent (again after a connection loss) count together.
+	// Waiting for a reconnection is bounded by the ctx only. Zero means
+	// 30 s; negative means only the ctx bounds it.
 	ConfirmTimeout time.Duration
 
 	// DelayedDelivery selects Celery 5.5's native delayed delivery (see

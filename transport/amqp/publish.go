@@ -11,11 +11,13 @@ import (
 	"github.com/celeriac/celeriac/transport"
 )
 
-// maxChannelFailures bounds how often one Publish retries after its channel
-// (not the connection) was closed by the broker, so that a publish the broker
-// keeps refusing (an exchange deleted under it, a permission) returns an
-// error instead of looping.
-const maxChannelFailures = 3
+// maxRefusals bounds how often one Publish sends its message again after
+// the broker closed the channel, or the connection with an error of its own
+// (see closedOverInput), before confirming it, so that a message the broker
+// keeps refusing (an exchange deleted under it, a permission, a frame the
+// broker cannot parse) returns an error instead of looping. Each try can
+// cost the whole publishing connection, so the bound is small.
+const maxRefusals = 3
 
 // Publish sends one message and, unless p.NoConfirm, returns once the broker
 // has confirmed it (publisher confirms on a dedicated channel); a nack is an
@@ -31,6 +33,16 @@ const maxChannelFailures = 3
 // a missing target queue is declared as Celery declares task queues, as
 // kombu's maybe_declare does; transient messages (results, replies, events)
 // never create queues. Publish is safe for concurrent use.
+//
+// A message AMQP cannot carry (see the conversion rules in convert.go: a
+// header of a type with no AMQP field, a NaN or an infinite float, a
+// priority above 255) is refused before anything is sent, with an error
+// wrapping protocol.ErrUnencodable. When the broker closes the channel or
+// the connection over the message before confirming it, Publish tries
+// again a few times (the close may have been another publisher's doing)
+// and then returns an error wrapping the broker's *amqp091.Error. Config's
+// ConfirmTimeout bounds the time spent waiting for confirms over all the
+// tries of one Publish.
 func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error {
 	if p == nil {
 		return errors.New("amqp: nil publishing")
@@ -42,6 +54,13 @@ func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error 
 	if err != nil {
 		return err
 	}
+	return t.publish(ctx, p, msg)
+}
+
+// publish sends msg, p's message in AMQP form, as Publish describes. Tests
+// call it with messages the conversion would refuse, to see what the broker
+// does with them.
+func (t *Transport) publish(ctx context.Context, p *transport.Publishing, msg amqp091.Publishing) error {
 	// plain is p without a delay (out of the delayed-delivery levels, see
 	// plainRoute); p becomes the route into them when delayed. Copies are
 	// made only when the route changes, which most publishes' does not.
@@ -58,9 +77,14 @@ func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error 
 		c.Exchange, c.RoutingKey, c.ExchangeType = ex, key, transport.Topic
 		p = &c
 	}
-	failures := 0
+	refusals := 0
+	budget := confirmBudget{limit: t.s.ConfirmTimeout}
 	var prev *session
 	for {
+		if budget.spent() {
+			return fmt.Errorf("amqp: no publisher confirm within ConfirmTimeout (%v) over the times the message was sent (it may or may not be at the broker): %w",
+				t.s.ConfirmTimeout, context.DeadlineExceeded)
+		}
 		sess, pc, err := t.publishChannel(ctx, prev, !p.NoConfirm)
 		if err != nil {
 			return err
@@ -101,12 +125,10 @@ func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error 
 		if p.NoConfirm || dc == nil {
 			return nil
 		}
-		cctx, cancel := ctx, context.CancelFunc(func() {})
-		if t.s.ConfirmTimeout > 0 {
-			cctx, cancel = context.WithTimeout(ctx, t.s.ConfirmTimeout)
-		}
-		ack, err := dc.WaitContext(cctx)
-		cancel()
+		ack, err := budget.wait(ctx, dc)
+		// amqp091 settles a pending confirm as a nack when its channel
+		// closes, connection losses included: ch tells the cases apart.
+		var reason error
 		switch {
 		case err != nil:
 			return fmt.Errorf("amqp: waiting for the publisher confirm (the message may or may not be at the broker): %w", err)
@@ -116,14 +138,61 @@ func (t *Transport) Publish(ctx context.Context, p *transport.Publishing) error 
 			return errNack
 		case sess.isLost():
 			prev = sess
-		default:
-			failures++
-			if failures >= maxChannelFailures {
-				return fmt.Errorf("amqp: publish to exchange %q key %q: the broker closed the channel %d times: %w",
-					p.Exchange, p.RoutingKey, failures, pc.closeReason())
+			select {
+			case <-sess.lost: // sess.err is set
+			case <-ctx.Done():
+				return ctx.Err()
 			}
+			if !closedOverInput(sess.err) {
+				// An outage: send the message again once reconnected.
+				continue
+			}
+			reason = sess.err
+		default:
+			reason = pc.closeReason()
+		}
+		refusals++
+		if refusals >= maxRefusals {
+			return fmt.Errorf("amqp: publish to exchange %q key %q: the broker closed the channel or connection %d times before confirming the message: %w",
+				p.Exchange, p.RoutingKey, refusals, reason)
 		}
 	}
+}
+
+// confirmBudget is ConfirmTimeout spread over the times one Publish sends
+// its message: a message sent again after a connection loss waits only for
+// what is left, so that no series of losses stretches the wait.
+type confirmBudget struct {
+	limit time.Duration // ConfirmTimeout; not positive: only ctx bounds the waits
+	used  time.Duration
+}
+
+// spent reports whether nothing is left to wait.
+func (b *confirmBudget) spent() bool { return b.limit > 0 && b.used >= b.limit }
+
+// wait waits for dc's confirm within what is left and ctx.
+func (b *confirmBudget) wait(ctx context.Context, dc interface {
+	WaitContext(context.Context) (bool, error)
+}) (bool, error) {
+	if b.limit > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.limit-b.used)
+		defer cancel()
+	}
+	start := time.Now()
+	ack, err := dc.WaitContext(ctx)
+	b.used += time.Since(start)
+	return ack, err
+}
+
+// closedOverInput reports whether the broker closed the connection over
+// something a client sent on it (a frame it could not parse, a crash of
+// the channel process: RabbitMQ's 5xx codes), as opposed to an outage: a
+// network failure, or CONNECTION_FORCED from an operator or a stopping
+// node, after which the message is simply sent again.
+func closedOverInput(err error) bool {
+	var ae *amqp091.Error
+	return errors.As(err, &ae) && ae.Server && ae.Code != amqp091.ConnectionForced
 }
 
 // ensurePublishTopology declares what a publish needs (see Publish).
