@@ -39,7 +39,9 @@
 //     when the task was rejected or failed for good, unless
 //     [Config.AcksOnFailure] acknowledges failures, as Celery does by
 //     default. Result writes, publishes and acks each get their own budget
-//     and are tried again while the broker or backend is briefly down.
+//     and are tried again while the broker or backend is briefly down; a
+//     retry or callback no transport can encode (protocol.ErrUnencodable)
+//     fails the task instead.
 //   - Events: with SendTaskEvents, task-received, -started, -succeeded,
 //     -failed, -retried, -rejected and -revoked reach monitors such as
 //     Flower; heartbeats and remote control (celery inspect, revoke) run

@@ -20,7 +20,15 @@ import (
 func (w *Worker) succeed(r *run, result any, runtime time.Duration) {
 	m := r.p.m
 	children, err := w.applyCanvasOnSuccess(r, result)
-	if err != nil {
+	switch {
+	case errors.Is(err, protocol.ErrUnencodable):
+		// A callback or chain step no transport can carry (a header value
+		// such as NaN) fails the same way on every run: the task fails, as
+		// Celery's tracer fails it on an EncodeError, and the remaining
+		// chain steps with it, so that whoever waits on them wakes up.
+		w.fail(r, err, "callback-publish-failed")
+		return
+	case err != nil:
 		// A lost chain step or callback is worse than a re-run: with
 		// acks_late the message comes back and the task runs again.
 		r.logAt(zap.ErrorLevel, "publishing callbacks or the next chain step failed", zap.Error(err))

@@ -116,8 +116,11 @@ func (w *Worker) retryTask(r *run, d retry.Decision) {
 	if err := w.persist(func(ctx context.Context) error {
 		return w.producer.Publish(withSpan(ctx, r.span), &next, dest, ct, m.Compression)
 	}); err != nil {
-		r.logAt(zap.ErrorLevel, "publishing the retry failed", zap.Error(err))
-		if !r.acked {
+		// A retry the transport cannot encode (a header value no broker
+		// carries) would fail the same way after every redelivery: the task
+		// fails, as in Celery, where Task.retry raises the EncodeError.
+		if !r.acked && !errors.Is(err, protocol.ErrUnencodable) {
+			r.logAt(zap.ErrorLevel, "publishing the retry failed", zap.Error(err))
 			// The original is still ours: give it back rather than lose it.
 			w.cfg.Observer.TaskFinished(m.Name, OutcomeRejected, r.runtime)
 			w.settle(r, settleRequeue)
