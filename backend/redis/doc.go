@@ -20,6 +20,23 @@
 // on_chord_part_return sequence in one script, so Go and Python workers can
 // share the header tasks of one chord and exactly one of them fires the body.
 //
+// # Waiting for results
+//
+// [Backend.Wait] is the Go side of AsyncResult.get(): it wakes on the
+// PUBLISH of the task's result. The Waits of a Backend share one pub/sub
+// connection, as the .get() calls of a Celery app share its
+// ResultConsumer: the first Wait opens it and Close closes it. One
+// goroutine reads it and hands each document to the Waits of its channel;
+// another sends SUBSCRIBE when a channel gets its first Wait and
+// UNSUBSCRIBE when its last one leaves, in batches; a third reads the
+// result keys (MGET, in batches) once each subscription is confirmed, so
+// that results stored before it are found. go-redis reconnects a dropped
+// connection and subscribes its channels again; the confirmations have
+// every key read again, which finds the results whose PUBLISH fell in the
+// gap. A PING goes out when the connection is quiet, and a connection that
+// leaves it unanswered is replaced. A thousand waiting callers thus cost
+// one connection and no goroutine of their own.
+//
 // # Global rate limits
 //
 // [Backend.Reserve] implements backend.RateLimiter, the limit the worker

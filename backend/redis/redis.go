@@ -38,10 +38,18 @@ type Backend struct {
 	rateScript  *goredis.Script
 
 	// mu guards closed; inflight counts calls that passed the closed check,
-	// so that Close can wait for them before closing the client.
+	// so that Close can wait for them before closing the client. Waits are
+	// not among them: closing, closed by Close, ends them.
 	mu       sync.RWMutex
 	closed   bool
 	inflight sync.WaitGroup
+	closing  chan struct{}
+
+	// The shared subscription of Wait, started by the first one (see
+	// wait.go); waitPing is its health-check period.
+	waitMu   sync.Mutex
+	mux      *waitMux
+	waitPing time.Duration
 
 	// Group commit state: stores waiting for a round trip, and whether a
 	// leader is committing them. leaders tracks the goroutines started to
@@ -76,6 +84,8 @@ func New(cfg Config) (*Backend, error) {
 		chordScript: goredis.NewScript(chordLua),
 		idem:        newIdemScripts(),
 		rateScript:  goredis.NewScript(rateLimitLua),
+		closing:     make(chan struct{}),
+		waitPing:    defaultWaitPing,
 	}, nil
 }
 
@@ -200,52 +210,9 @@ func (b *Backend) Forget(ctx context.Context, taskID string) error {
 	return nil
 }
 
-// Wait blocks until the task reaches a ready state (SUCCESS, FAILURE,
-// REVOKED) and returns it, as AsyncResult.get() does on Celery's Redis
-// backend: it subscribes to the result's channel, on which every store
-// PUBLISHes the document, then reads the key once, so that a result stored
-// before the subscription is not missed. It never polls: it wakes on the
-// PUBLISH. A cancelled ctx ends the wait.
-func (b *Backend) Wait(ctx context.Context, taskID string) (*protocol.ResultMeta, error) {
-	if err := b.enter(); err != nil {
-		return nil, err
-	}
-	defer b.inflight.Done()
-	key := b.TaskKey(taskID)
-	sub := b.client.Subscribe(ctx, key)
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil {
-		return nil, fmt.Errorf("redis backend: subscribe to %s: %w", key, err)
-	}
-	m, err := b.Get(ctx, taskID)
-	switch {
-	case err == nil && m.Status.Ready():
-		return m, nil
-	case err != nil && !errors.Is(err, backend.ErrNotFound):
-		return nil, err
-	}
-	msgs := sub.Channel()
-	for {
-		select {
-		case msg, ok := <-msgs:
-			if !ok {
-				return nil, fmt.Errorf("redis backend: wait for %s: subscription closed", taskID)
-			}
-			m, err := protocol.DecodeResult([]byte(msg.Payload), b.s.contentType, protocol.DecodeOptions{MaxBodySize: maxValueSize})
-			if err != nil {
-				return nil, fmt.Errorf("redis backend: decode result of %s: %w", taskID, err)
-			}
-			if m.Status.Ready() {
-				return m, nil
-			}
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// Close waits for calls in progress and for stores still queued, then
-// closes the connections. Later calls, including Close, return ErrClosed.
+// Close ends every Wait with ErrClosed, waits for the other calls in
+// progress and for stores still queued, then closes the connections.
+// Later calls, including Close, return ErrClosed.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -253,7 +220,14 @@ func (b *Backend) Close() error {
 		return backend.ErrClosed
 	}
 	b.closed = true
+	close(b.closing)
 	b.mu.Unlock()
+	b.waitMu.Lock()
+	mux := b.mux
+	b.waitMu.Unlock()
+	if mux != nil {
+		mux.shutdown()
+	}
 	b.inflight.Wait()
 	b.leaders.Wait()
 	if err := b.client.Close(); err != nil {
