@@ -34,8 +34,11 @@
 // connection and subscribes its channels again; the confirmations have
 // every key read again, which finds the results whose PUBLISH fell in the
 // gap. A PING goes out when the connection is quiet, and a connection that
-// leaves it unanswered is replaced. A thousand waiting callers thus cost
-// one connection and no goroutine of their own.
+// leaves it unanswered is replaced. Every 5 s the waited-for keys are read
+// again (one MGET per 1024), so a writer that stores without PUBLISHing
+// (gocelery, celery-rs), which would hang Python's .get(), delays a Wait
+// instead of stalling it. A thousand waiting callers thus cost one
+// connection and no goroutine of their own.
 //
 // # Global rate limits
 //

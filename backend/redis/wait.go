@@ -396,6 +396,7 @@ func (m *waitMux) subscriber(ctx context.Context) {
 		case <-m.syncWake:
 		case <-tick.C:
 			m.checkHealth(ctx, &h)
+			m.rereadAll()
 		}
 		for {
 			ps, subs, unsubs := m.takeSync()
@@ -419,6 +420,20 @@ func (m *waitMux) subscriber(ctx context.Context) {
 				}
 			}
 			retry = waitRetryMin
+		}
+	}
+}
+
+// rereadAll queues a read of every key someone waits for. A writer that
+// stores a result without PUBLISHing it (gocelery, celery-rs: a known cause
+// of AsyncResult.get() hanging in Python) still wakes its waiters, within
+// one health-check period; with many waiters it is one MGET per 1024 keys.
+func (m *waitMux) rereadAll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, t := range m.topics {
+		if len(t.waiters) > 0 && t.subscribed {
+			m.queueReadLocked(t)
 		}
 	}
 }

@@ -602,11 +602,34 @@ func TestWaitUnresponsiveConnection(t *testing.T) {
 	if n := p.freezePubSub(); n != 1 {
 		t.Fatalf("froze %d pub/sub connections; want 1", n)
 	}
+	// The waiter still waits: the frozen connection must be given up on and
+	// replaced (the periodic read alone would find a stored result, so the
+	// result is stored only after the replacement).
+	for st := b.client.PoolStats().PubSubStats; st.Created != 2; st = b.client.PoolStats().PubSubStats {
+		if ctx.Err() != nil {
+			t.Fatalf("pub/sub pool: %d connections created; want 2", st.Created)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	storeState(t, w, "h", protocol.StateSuccess, int64(5))
 	expectResult(t, <-r, int64(5))
-	if st := b.client.PoolStats().PubSubStats; st.Created != 2 {
-		t.Errorf("pub/sub pool: %d connections created; want 2", st.Created)
+}
+
+// TestWaitWriterWithoutPublish: a result stored without a PUBLISH, as
+// gocelery and celery-rs store them, wakes its waiter at the next periodic
+// read instead of never.
+func TestWaitWriterWithoutPublish(t *testing.T) {
+	b, raw := newTest(t, Config{})
+	b.waitPing = 50 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := startWait(ctx, b, "nopub")
+	untilSubscribers(t, raw, 1, b.TaskKey("nopub"))
+	untilCovered(t, b, "nopub")
+	if err := raw.Set(ctx, b.TaskKey("nopub"), encoded(t, "nopub", protocol.StateSuccess, "z"), time.Hour).Err(); err != nil {
+		t.Fatal(err)
 	}
+	expectResult(t, <-r, "z")
 }
 
 // TestWaitClose: Close ends every Wait with ErrClosed, and later Waits
