@@ -2,6 +2,7 @@ package sql_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -75,4 +76,24 @@ func ExampleBackend_Wait() {
 	fmt.Println(m.Status, m.DateDone)
 	// client.New(tr, client.Config{Backend: be}): AsyncResult.Get uses
 	// this Wait.
+}
+
+// Reading the result column Celery's database backend writes: here
+// pickle.dumps({"sum": 5, "when": datetime.datetime(2026, 1, 2, 3, 4, 5)},
+// 5). A pickle naming any class outside the decoder's allow-list is
+// refused, never run.
+func ExampleDecodePickle() {
+	p := []byte("\x80\x05\x95=\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x03sum\x94K\x05\x8c\x04when\x94\x8c\x08datetime\x94\x8c\x08datetime\x94\x93\x94C\n\x07\xea\x01\x02\x03\x04\x05\x00\x00\x00\x94\x85\x94R\x94u.")
+	v, err := sql.DecodePickle(p)
+	if err != nil {
+		log.Fatal(err)
+	}
+	m := v.(map[string]any)
+	fmt.Println(m["sum"], m["when"])
+
+	_, err = sql.DecodePickle([]byte("cos\nsystem\n(S'echo pwned'\ntR."))
+	fmt.Println(errors.Is(err, sql.ErrUnsafePickle))
+	// Output:
+	// 5 2026-01-02 03:04:05 +0000 UTC
+	// true
 }

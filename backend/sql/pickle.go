@@ -69,7 +69,7 @@ var errPickleDepth = fmt.Errorf("%w: pickle: value nested too deeply", protocol.
 // the way the JSON result serializer would convert it, so a handler's
 // result reads back in Python as it would from the Redis backend.
 //
-// Only the encoder exists: celeriac never unpickles.
+// [DecodePickle] reads these pickles back.
 func EncodePickle(v any) ([]byte, error) {
 	e := pickler{buf: make([]byte, 0, 64)}
 	e.buf = append(e.buf, opProto, pickleProtocol)
