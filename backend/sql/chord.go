@@ -209,13 +209,15 @@ func exceptionValue(v any) any {
 
 // UnlockChord implements backend.ChordUnlocker for Celery's SQLAlchemy
 // schema: the Python client's celery.chord_unlock lists the header's task
-// ids, and the chord is ready when celeriac_chord_part has every one of
-// them (each header task a celeriac worker ran recorded its outcome there
-// through ChordPartReturn). A header task that a Python worker ran has only
-// its pickle in celery_taskmeta, which celeriac cannot read: such a chord
-// stays not ready here, and its chord_unlock must be run by a Python
-// worker (Celery retries the task, so a Python worker on the same queue
-// takes it up).
+// ids, and the chord is ready when every one of them has a ready outcome:
+// in celeriac_chord_part, where each header task a celeriac worker ran
+// recorded it through ChordPartReturn, or else in celery_taskmeta, where
+// a Python worker stored it (SUCCESS, FAILURE or REVOKED), read with
+// [DecodePickle]. A result there that DecodePickle refuses (an object of
+// an application class) leaves the chord not ready here, as every Python
+// header did before the decoder existed: its chord_unlock is then
+// completed by a Python worker (Celery retries the task, so a Python
+// worker on the same queue takes it up).
 func (b *Backend) UnlockChord(ctx context.Context, groupID string, taskIDs []string, claimant string) (backend.ChordResult, error) {
 	if err := ctx.Err(); err != nil {
 		return backend.ChordResult{}, err
@@ -268,9 +270,20 @@ func (b *Backend) UnlockChord(ctx context.Context, groupID string, taskIDs []str
 			if err := rows.Err(); err != nil {
 				return err
 			}
+			var missing []string
 			for _, id := range taskIDs {
 				if _, ok := found[id]; !ok {
-					return nil // not ready: some part has not returned (here)
+					missing = append(missing, id)
+				}
+			}
+			if len(missing) > 0 {
+				if err := b.pythonParts(ctx, tx, groupID, missing, found); err != nil {
+					return err
+				}
+			}
+			for _, id := range taskIDs {
+				if _, ok := found[id]; !ok {
+					return nil // not ready: some part has not returned
 				}
 			}
 			if completedBy == nil {
@@ -292,4 +305,33 @@ func (b *Backend) UnlockChord(ctx context.Context, groupID string, taskIDs []str
 		return backend.ChordResult{}, fmt.Errorf("sql backend: unlock chord %s: %w", groupID, err)
 	}
 	return res, nil
+}
+
+// pythonParts adds to found the header tasks among ids whose ready outcome
+// is in the task table (stored by a Python worker) and decodes.
+func (b *Backend) pythonParts(ctx context.Context, tx pgx.Tx, groupID string, ids []string, found map[string]backend.ChordPart) error {
+	rows, err := tx.Query(ctx, "SELECT task_id, status, result FROM "+b.s.taskTable+
+		" WHERE task_id = ANY($1) AND status IN ('SUCCESS', 'FAILURE', 'REVOKED')", ids)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id, state string
+			raw       []byte
+		)
+		if err := rows.Scan(&id, &state, &raw); err != nil {
+			return err
+		}
+		part := backend.ChordPart{GroupID: groupID, TaskID: id, State: protocol.State(state)}
+		if raw != nil {
+			part.Result = decodeSQLAResult(part.State, raw)
+			if _, refused := part.Result.(PickledResult); refused {
+				continue
+			}
+		}
+		found[id] = part
+	}
+	return rows.Err()
 }

@@ -20,11 +20,23 @@
 // Celery's models declare result as SQLAlchemy's PickleType: the column
 // holds pickle.dumps of the return value (for an exception, Celery's
 // {"exc_type", "exc_message", "exc_module"} dict). [EncodePickle] writes
-// that pickle for the values Go handlers return; it has no decoder, and
-// celeriac never unpickles anything, so [Backend.Get] on the SQLAlchemy
-// schema returns the state, date_done, traceback and extended fields, and
-// as Result a [PickledResult] (its size) or nil for None. args and kwargs
-// are encoded with the result serializer, as Celery encodes them.
+// that pickle for the values Go handlers return. [DecodePickle] reads it
+// back with a restricted decoder that interprets the pickle as data and
+// never imports or calls anything: it knows the opcodes of protocols 0 to
+// 5 for None, bools, numbers, strings, bytes, lists, tuples, dicts and
+// sets, and a short allow-list of classes it recognises by name and reads
+// from their pickled state (datetime's datetime, date and time with a
+// fixed-offset timezone, decimal.Decimal, uuid.UUID); any other class or
+// function is refused with [ErrUnsafePickle], and input size, nesting,
+// memo and the work a pickle can cause are bounded. [Backend.Get] on the
+// SQLAlchemy schema returns the decoded value as Result (an exception
+// dict, for FAILURE, RETRY and REVOKED, as an *protocol.ExceptionInfo, as
+// every backend does), nil for None (a NULL column), and a
+// [PickledResult] (its size and the decoder's error) for a pickle the
+// decoder refuses, such as an exception Python stored with
+// result_serializer = "pickle" or an object of an application class.
+// args and kwargs are encoded with the result serializer, as Celery
+// encodes them.
 //
 // # Writes
 //
@@ -59,8 +71,9 @@
 // header task a celeriac worker ran recorded its outcome as JSON in
 // celeriac's own table celeriac_chord_part, and the first chord_unlock that
 // finds all of them claims the chord in celeriac_chord. Parts a Python
-// worker ran exist only as pickles, so such chords need Celery's own
-// chord_unlock on a Python worker, which reads celeriac's pickles. Chords a
+// worker ran exist only as pickles in celery_taskmeta, where UnlockChord
+// reads them with DecodePickle; a result the decoder refuses keeps the
+// chord waiting for Celery's own chord_unlock on a Python worker. Chords a
 // celeriac worker starts ([backend.Chords]) are counted in the same tables,
 // in one transaction per part that locks the chord's row: exactly one part
 // completes it.

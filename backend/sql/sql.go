@@ -242,8 +242,10 @@ func (b *Backend) fail(op, id string, err error) {
 }
 
 // Get reads a task's state, or returns ErrNotFound. With the SQLAlchemy
-// schema the result itself is a pickle, which celeriac never reads: Result
-// is nil (see the package doc).
+// schema the result is a pickle, read with [DecodePickle]: Result is the
+// value (an *protocol.ExceptionInfo for FAILURE, RETRY and REVOKED), nil
+// for None, or a [PickledResult] when the restricted decoder refuses the
+// pickle (see the package doc).
 func (b *Backend) Get(ctx context.Context, taskID string) (*protocol.ResultMeta, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

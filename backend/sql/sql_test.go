@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/celeriac/celeriac/backend"
@@ -65,7 +67,7 @@ func TestConformanceSQLAlchemy(t *testing.T) {
 		return newSQLAlchemy(t, Config{Extended: true})
 	}, backendtest.Features{
 		Chords:   true,
-		Unstored: []string{"Result", "Children", "GroupID", "ParentID"},
+		Unstored: []string{"Children", "GroupID", "ParentID"},
 	})
 }
 
@@ -152,8 +154,9 @@ func TestStoreColumns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Result != (PickledResult{Size: len(want)}) {
-		t.Errorf("Get: Result %#v, want PickledResult{%d}", got.Result, len(want))
+	// The pickle reads back: Celery's exception dict as an ExceptionInfo.
+	if diff := cmp.Diff(m.Result, got.Result); diff != "" {
+		t.Errorf("Get: Result mismatch (-want +got):\n%s", diff)
 	}
 	// None is NULL, as PickleType stores it: Get says nil.
 	if err := b.Store(t.Context(), backend.StoreRequest{Meta: &protocol.ResultMeta{TaskID: "bt-none", Status: protocol.StateSuccess}}); err != nil {
@@ -261,5 +264,61 @@ func TestCleanup(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestUnlockChordReadsTaskTable: a header task a Python worker ran has its
+// outcome only in celery_taskmeta, as a pickle; UnlockChord reads it
+// there, and waits on one that is not ready or that the decoder refuses.
+func TestUnlockChordReadsTaskTable(t *testing.T) {
+	b := newSQLAlchemy(t, Config{})
+	defer b.Close()
+	store := func(id string, st protocol.State, result any) {
+		t.Helper()
+		if err := b.Store(t.Context(), backend.StoreRequest{Meta: &protocol.ResultMeta{TaskID: id, Status: st, Result: result}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gid := "bt-unlock-py"
+	ids := []string{"q0", "q1", "q2"}
+	if _, err := b.ChordPartReturn(t.Context(), backend.ChordPart{GroupID: gid, TaskID: "q0", State: protocol.StateSuccess, Result: "celeriac"}); err != nil {
+		t.Fatal(err)
+	}
+	store("q1", protocol.StateSuccess, map[string]any{"from": "python", "n": int64(7)})
+	store("q2", protocol.StateStarted, map[string]any{"pid": int64(1), "hostname": "py@h"})
+	if r, err := b.UnlockChord(t.Context(), gid, ids, "u1"); err != nil || r.Ready {
+		t.Fatalf("q2 started: %+v, %v; want not ready", r, err)
+	}
+	exc := &protocol.ExceptionInfo{Type: "KeyError", Message: []any{"k"}, Module: "builtins"}
+	store("q2", protocol.StateFailure, exc)
+	r, err := b.UnlockChord(t.Context(), gid, ids, "u1")
+	if err != nil || !r.Ready {
+		t.Fatalf("all ready: %+v, %v", r, err)
+	}
+	var got []any
+	for i, p := range r.Results {
+		if p.TaskID != ids[i] || p.GroupIndex == nil || *p.GroupIndex != i {
+			t.Errorf("part %d: %+v", i, p)
+		}
+		got = append(got, p.State, p.Result)
+	}
+	want := []any{protocol.StateSuccess, "celeriac", protocol.StateSuccess, map[string]any{"from": "python", "n": int64(7)}, protocol.StateFailure, exc}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("UnlockChord results mismatch (-want +got):\n%s", diff)
+	}
+
+	// An application object Python pickled: not read, so not ready.
+	// pickle.dumps(Thing(), 4) with Thing a class of __main__ and x = 1.
+	obj, _ := hex.DecodeString("80049523000000000000008c085f5f6d61696e5f5f948c055468696e679493942981947d948c0178944b0173622e")
+	execSQL(t, "INSERT INTO "+b.s.taskTable+" (id, task_id, status, result) VALUES (nextval("+quoteLiteral(b.s.taskSeq)+"), 'r0', 'SUCCESS', '\\x"+hex.EncodeToString(obj)+"')")
+	m, err := b.Get(t.Context(), "r0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := m.Result.(PickledResult); !ok || !errors.Is(p.Err, ErrUnsafePickle) {
+		t.Fatalf("Get(r0).Result = %#v; want a refused pickle", m.Result)
+	}
+	if r, err := b.UnlockChord(t.Context(), "bt-unlock-obj", []string{"r0"}, "u2"); err != nil || r.Ready {
+		t.Fatalf("a refused pickle: %+v, %v; want not ready", r, err)
 	}
 }

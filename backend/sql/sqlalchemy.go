@@ -146,16 +146,20 @@ func (b *Backend) sqlaStore(m *protocol.ResultMeta) (string, []any, error) {
 	return q.String(), args, nil
 }
 
-// PickledResult stands for a result Celery's database backend stores as a
-// pickle, which celeriac never unpickles: Get returns it as the Result of
-// the SQLAlchemy schema, so that a caller can tell a stored value from
-// None (a NULL column).
+// PickledResult is the Result [Backend.Get] returns on the SQLAlchemy
+// schema for a stored pickle that [DecodePickle] refuses: one naming a
+// class outside its allow-list (an exception pickled with
+// result_serializer = "pickle", an instance of an application class;
+// Err wraps [ErrUnsafePickle] then), or one that is malformed, too large
+// or nested too deeply. It keeps such a value apart from None (a NULL
+// column, Result nil); the value itself is not read.
 type PickledResult struct {
-	Size int // bytes
+	Size int   // bytes
+	Err  error // why DecodePickle refused it
 }
 
 func (p PickledResult) String() string {
-	return fmt.Sprintf("<pickled result, %d bytes: celeriac does not unpickle>", p.Size)
+	return fmt.Sprintf("<pickled result, %d bytes, not decoded: %v>", p.Size, p.Err)
 }
 
 // resultValue is what Celery's encode_result stores for the state: the
@@ -165,7 +169,7 @@ func resultValue(m *protocol.ResultMeta) any {
 }
 
 func (b *Backend) sqlaGet(ctx context.Context, taskID string) (*protocol.ResultMeta, error) {
-	cols := "status, date_done, traceback, octet_length(result)"
+	cols := "status, date_done, traceback, result"
 	if b.hasExtended {
 		cols += ", " + strings.Join(extendedColumns, ", ")
 	}
@@ -176,9 +180,9 @@ func (b *Backend) sqlaGet(ctx context.Context, taskID string) (*protocol.ResultM
 		tb, name, worker, queue *string
 		args, kwargs            []byte
 		retries                 *int32
-		size                    *int32
+		result                  []byte
 	)
-	dest := []any{&status, &done, &tb, &size}
+	dest := []any{&status, &done, &tb, &result}
 	if b.hasExtended {
 		dest = append(dest, &name, &args, &kwargs, &worker, &retries, &queue)
 	}
@@ -192,8 +196,8 @@ func (b *Backend) sqlaGet(ctx context.Context, taskID string) (*protocol.ResultM
 	if done != nil {
 		m.DateDone = done.UTC()
 	}
-	if size != nil {
-		m.Result = PickledResult{Size: int(*size)}
+	if result != nil {
+		m.Result = decodeSQLAResult(m.Status, result)
 	}
 	if b.hasExtended && (name != nil || args != nil || worker != nil) {
 		m.Extended = true
@@ -206,6 +210,24 @@ func (b *Backend) sqlaGet(ctx context.Context, taskID string) (*protocol.ResultM
 		}
 	}
 	return m, nil
+}
+
+// decodeSQLAResult reads the result column: the pickle of the return
+// value, or for FAILURE, RETRY and REVOKED of Celery's exception dict,
+// which becomes an *protocol.ExceptionInfo as on every other backend. A
+// pickle the restricted decoder refuses is a PickledResult.
+func decodeSQLAResult(state protocol.State, data []byte) any {
+	v, err := DecodePickle(data)
+	if err != nil {
+		return PickledResult{Size: len(data), Err: err}
+	}
+	switch state {
+	case protocol.StateFailure, protocol.StateRetry, protocol.StateRevoked:
+		if e, err := protocol.DecodeException(v); err == nil {
+			return e
+		}
+	}
+	return v
 }
 
 // decodeArgs reads the args and kwargs columns, encoded with the result
