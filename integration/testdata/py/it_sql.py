@@ -6,9 +6,13 @@ Configured from the environment: IT_BROKER (AMQP URL), IT_DB (the db+ URL),
 IT_SCHEMA (database_table_schemas for both tables), IT_QUEUE (the default
 queue, which the celeriac worker consumes). The same module is the app of
 the Python worker (celery -A it_sql worker)."""
+import datetime
+import decimal
+import fractions
 import json
 import os
 import sys
+import uuid
 
 from celery import Celery, chain, chord, group
 
@@ -35,6 +39,27 @@ def tsum(xs):
 @app.task(name="it_sql.fail")
 def fail(msg):
     raise ValueError(msg, 42)
+
+
+@app.task(name="it_sql.pyvalues")
+def pyvalues():
+    """Values of the types Go's restricted pickle decoder reads, as a
+    Python worker pickles them into the result column."""
+    return {
+        "int": -7, "big": 2**70, "float": 1.5, "str": "héllo ✓", "bytes": b"\x00\xff",
+        "tuple": (1, "a"), "set": frozenset({3}), "none": None, "list": [True, False],
+        "when": datetime.datetime(2026, 12, 2, 7, 0, 0, 123456),
+        "aware": datetime.datetime(2026, 12, 2, 7, 0, tzinfo=datetime.timezone(datetime.timedelta(hours=5, minutes=30))),
+        "day": datetime.date(2024, 2, 29), "clock": datetime.time(23, 59, 1),
+        "amount": decimal.Decimal("-12.50"), "id": uuid.UUID("12345678-1234-5678-1234-567812345678"),
+        "keys": {1: "int key", None: "none key"},
+    }
+
+
+@app.task(name="it_sql.pyobject")
+def pyobject():
+    """A value of a class outside the decoder's allow-list."""
+    return fractions.Fraction(1, 3)
 
 
 def emit(**kw):
