@@ -64,6 +64,23 @@ type Chords interface {
 	SetChordSize(ctx context.Context, groupID string, size int) error
 }
 
+// ChordsOf returns be's chord counter when chords on be are completed by
+// counting their parts, as its Python clients and workers count them
+// (Redis; django-celery-results' ChordCounter), and false when they are
+// completed by celery.chord_unlock (Celery's SQLAlchemy database backend) or
+// not at all. A backend that implements Chords for some configurations only
+// says which with a CountsChords() bool method.
+func ChordsOf(be Backend) (Chords, bool) {
+	c, ok := be.(Chords)
+	if !ok {
+		return nil, false
+	}
+	if cc, ok := be.(interface{ CountsChords() bool }); ok && !cc.CountsChords() {
+		return nil, false
+	}
+	return c, true
+}
+
 // ErrChordDone: the chord was completed before, by another call.
 var ErrChordDone = errors.New("backend: chord already completed")
 

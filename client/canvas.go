@@ -99,7 +99,7 @@ func (c *Client) applier(ctx context.Context) *publish.Applier {
 			return c.p.Publish(ctx, m, dest, o.Serializer, o.Compression)
 		},
 	}
-	if ch, ok := c.be.(backend.Chords); ok {
+	if ch, ok := backend.ChordsOf(c.be); ok {
 		a.SetChordSize = func(gid string, n int) error { return ch.SetChordSize(ctx, gid, n) }
 	} else if _, ok := c.be.(backend.ChordUnlocker); ok {
 		a.UnlockChords = true

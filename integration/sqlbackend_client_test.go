@@ -11,25 +11,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/celeriac/celeriac/backend"
 	sqlbackend "github.com/celeriac/celeriac/backend/sql"
 	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
 	amqptransport "github.com/celeriac/celeriac/transport/amqp"
 )
-
-// sqlUnlocking is the sql backend without its chord counting
-// (backend.Chords). client.New counts a chord's parts when the backend
-// can, and celeriac's counters in celeriac_chord_part only see the parts
-// celeriac workers run: with Python workers on the queue, a chord built
-// in Go on db+ must be completed by celery.chord_unlock, which the client
-// sends when the backend only unlocks chords.
-type sqlUnlocking interface {
-	backend.Backend
-	backend.ChordUnlocker
-	backend.Forgetter
-	Wait(ctx context.Context, taskID string) (*protocol.ResultMeta, error)
-}
 
 // TestSQLAlchemyBackendGoClient: a Go caller with results in Celery's
 // SQLAlchemy tables, against a Python Celery worker and a celeriac worker
@@ -61,7 +47,7 @@ func TestSQLAlchemyBackendGoClient(t *testing.T) {
 	}
 	defer be.Close()
 	tr, _ := amqpTransport(t, amqptransport.Config{})
-	c := client.New(tr, client.Config{Backend: struct{ sqlUnlocking }{be}, DefaultQueue: queue})
+	c := client.New(tr, client.Config{Backend: be, DefaultQueue: queue})
 	ctx := t.Context()
 	get := func(r *client.AsyncResult) (any, error) {
 		t.Helper()

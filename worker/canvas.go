@@ -42,7 +42,7 @@ func (w *Worker) applySignature(sig protocol.Signature, extra []any, c callOptio
 			})
 		},
 	}
-	if chords, ok := w.cfg.Backend.(backend.Chords); ok {
+	if chords, ok := backend.ChordsOf(w.cfg.Backend); ok {
 		a.SetChordSize = func(gid string, n int) error {
 			return w.persist(func(ctx context.Context) error { return chords.SetChordSize(ctx, gid, n) })
 		}

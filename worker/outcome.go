@@ -230,7 +230,7 @@ func chainPartOf(s protocol.Signature, id string) (chordPart, bool) {
 // chord, sends the body (or fails it when a part failed).
 func (w *Worker) chordPartReturn(r *run, p chordPart, state protocol.State, result any) {
 	m := r.p.m
-	chords, ok := w.cfg.Backend.(backend.Chords)
+	chords, ok := backend.ChordsOf(w.cfg.Backend)
 	if !ok {
 		if _, ok := w.cfg.Backend.(backend.ChordUnlocker); ok {
 			// celery.chord_unlock completes the chord (Celery's database

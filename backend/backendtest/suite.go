@@ -40,9 +40,8 @@ type Features struct {
 	// stored twice counts twice.
 	UnorderedChords bool
 	// Unstored names the ResultMeta fields the backend's schema has no
-	// place for, which Get therefore cannot return: "Result" (Celery's
-	// database backend pickles it, and celeriac never unpickles),
-	// "Children", "GroupID", "ParentID", "Args", "Kwargs", "Retries",
+	// place for, which Get therefore cannot return: "Result" (for a
+	// backend that cannot read back every value it stores), "Children", "GroupID", "ParentID", "Args", "Kwargs", "Retries",
 	// "Queue". The suite does not compare them; everything else must
 	// read back as stored.
 	Unstored []string

@@ -21,6 +21,15 @@ import (
 // result as JSON). With the Django schema it is django-celery-results'
 // ChordCounter, which Python workers share (see chordDjango).
 
+// CountsChords reports whether chords on this backend are completed by
+// counting their parts (backend.ChordsOf): true with the Django schema,
+// whose ChordCounter Python workers share; false with the SQLAlchemy
+// schema, whose Python clients send celery.chord_unlock and whose Python
+// workers count nothing, so a chord with header tasks on Python workers
+// can only be completed by celery.chord_unlock. Chords, SetChordSize and
+// ChordPartReturn still work on either schema.
+func (b *Backend) CountsChords() bool { return b.schema == Django }
+
 func (b *Backend) chordTable() string { return qualify(b.s.schema, "celeriac_chord") }
 func (b *Backend) partTable() string  { return qualify(b.s.schema, "celeriac_chord_part") }
 
