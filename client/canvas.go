@@ -117,7 +117,7 @@ func (c *Client) freeze(s Signature) (Signature, []string, error) {
 		s.Options = map[string]any{}
 	}
 	if id, _ := s.Options["task_id"].(string); id == "" {
-		s.Options["task_id"] = publish.NewID()
+		s.Options["task_id"] = protocol.NewID()
 	}
 	if rt := c.p.ReplyTo(); rt != "" && s.Options["reply_to"] == nil {
 		s.Options["reply_to"] = rt

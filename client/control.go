@@ -58,7 +58,7 @@ func (c *Control) Call(ctx context.Context, method string, args map[string]any, 
 	if o.Timeout <= 0 {
 		o.Timeout = time.Second
 	}
-	oid := publish.NewID()
+	oid := protocol.NewID()
 	cons, err := c.tr.Consume(ctx, []transport.Queue{{
 		Name:         oid + ".reply.celery.pidbox",
 		Exchange:     replyExchange,
@@ -80,7 +80,7 @@ func (c *Control) Call(ctx context.Context, method string, args map[string]any, 
 			_, _ = a.Purge(stopCtx, oid+".reply.celery.pidbox")
 		}
 	}()
-	ticket := publish.NewID()
+	ticket := protocol.NewID()
 	if err := publishControl(ctx, c.tr, &c.clock, method, args, o, ticket, oid); err != nil {
 		return nil, err
 	}

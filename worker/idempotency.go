@@ -10,7 +10,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/celeriac/celeriac/backend"
-	"github.com/celeriac/celeriac/internal/publish"
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/retry"
 )
@@ -96,7 +95,7 @@ func Idempotent(o IdempotencyOptions) Middleware {
 				ns = t.Name
 			}
 			full := ns + ":" + key
-			owner := t.Hostname + "/" + t.ID + "/" + publish.NewID()
+			owner := t.Hostname + "/" + t.ID + "/" + protocol.NewID()
 			c, err := o.Store.Claim(ctx, full, owner, o.Lease)
 			if err != nil {
 				// Without the store we cannot know; running could duplicate

@@ -69,7 +69,7 @@ func (w *Worker) applyCanvasOnSuccess(r *run, result any) ([]any, error) {
 		if len(cbs) > 1 {
 			// Several callbacks are sent as a group: one fresh group id
 			// shared by every plain signature (group_index stays null).
-			c.groupID = publish.NewID()
+			c.groupID = protocol.NewID()
 		}
 		for _, cb := range cbs {
 			ids, err := w.applySignature(cb, []any{result}, c)
@@ -160,7 +160,7 @@ func (w *Worker) callErrbacks(m *protocol.TaskMessage, queue string, errbacks []
 	if root == "" {
 		root = m.ID
 	}
-	c := callOptions{parentID: m.ID, rootID: root, groupID: publish.NewID(), queue: queue, span: span}
+	c := callOptions{parentID: m.ID, rootID: root, groupID: protocol.NewID(), queue: queue, span: span}
 	for _, eb := range errbacks {
 		if _, err := w.applySignature(eb, []any{m.ID}, c); err != nil {
 			w.log.Error("sending an error callback failed", zap.String("task_id", m.ID), zap.String("errback", eb.Task), zap.Error(err))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -66,7 +65,7 @@ func (w *Worker) retryTask(r *run, d retry.Decision) {
 	next.Headers = stripDeathHeaders(m.Headers)
 	next.Expiration = ""
 	if !m.Expires.IsZero() {
-		next.Expiration = strconv.FormatInt(max(time.Until(m.Expires).Milliseconds(), 0), 10)
+		next.Expiration = publish.Expiration(m.Expires, time.Now())
 	}
 	next.Compression = m.Compression
 	dest := publish.Destination{Exchange: r.p.d.Exchange, RoutingKey: r.p.d.RoutingKey}

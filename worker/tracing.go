@@ -34,8 +34,8 @@ import (
 
 // Span attribute keys, as the Python instrumentation names them.
 const (
-	attrAction         = "celery.action"
-	attrTaskName       = "celery.task_name"
+	attrAction         = publish.AttrAction
+	attrTaskName       = publish.AttrTaskName
 	attrState          = "celery.state"
 	attrRetryReason    = "celery.retry.reason"
 	attrHostname       = "celery.hostname"
@@ -46,9 +46,9 @@ const (
 	attrETA            = "celery.eta"
 	attrExpires        = "celery.expires"
 	attrTimelimit      = "celery.timelimit"
-	attrMessageID      = "messaging.message.id"
+	attrMessageID      = publish.AttrMessageID
 	attrConversationID = "messaging.conversation_id"
-	attrDestination    = "messaging.destination"
+	attrDestination    = publish.AttrDestination
 )
 
 // tracing is the OpenTelemetry state of a worker; nil when tracing is

@@ -145,7 +145,7 @@ func (a *Applier) applyGroup(sig protocol.Signature, extra []any, c Call) ([]str
 	}
 	gid, _ := sig.Options["task_id"].(string)
 	if gid == "" {
-		gid = NewID()
+		gid = protocol.NewID()
 	}
 	var ids []string
 	for _, t := range tasks {
@@ -205,11 +205,11 @@ func (a *Applier) applyChord(sig protocol.Signature, extra []any, c Call) ([]str
 		body.Options = map[string]any{}
 	}
 	if id, _ := body.Options["task_id"].(string); id == "" {
-		body.Options["task_id"] = NewID()
+		body.Options["task_id"] = protocol.NewID()
 	}
 	gid, _ := header.Options["task_id"].(string)
 	if gid == "" {
-		gid = NewID()
+		gid = protocol.NewID()
 	}
 	if c.HasChain {
 		// The rest of a chain follows the body, not each header task
@@ -297,7 +297,7 @@ func withLastStepID(s protocol.Signature) (protocol.Signature, string) {
 	if last.Options == nil {
 		last.Options = map[string]any{}
 	}
-	id := NewID()
+	id := protocol.NewID()
 	last.Options["task_id"] = id
 	s = s.Clone()
 	vals := make([]any, len(tasks))

@@ -60,9 +60,6 @@ func New(pub transport.Publisher, cfg Config) *Producer {
 // ReplyTo is the configured default reply_to.
 func (p *Producer) ReplyTo() string { return p.cfg.ReplyTo }
 
-// NewID is protocol.NewID.
-func NewID() string { return protocol.NewID() }
-
 // Send builds and publishes one task and returns its id, once the broker
 // confirmed it.
 func (p *Producer) Send(ctx context.Context, name string, args []any, kwargs map[string]any, o *Options) (string, error) {
@@ -104,7 +101,7 @@ func (p *Producer) route(name string, o *Options) Destination {
 func (p *Producer) Build(name string, args []any, kwargs map[string]any, o *Options, now time.Time) (*protocol.TaskMessage, Destination) {
 	id := o.TaskID
 	if id == "" {
-		id = NewID()
+		id = protocol.NewID()
 	}
 	if args == nil {
 		args = []any{}
@@ -158,14 +155,14 @@ func (p *Producer) Build(name string, args []any, kwargs map[string]any, o *Opti
 	}
 	if !o.Expires.IsZero() {
 		m.Expires = o.Expires
-		m.Expiration = expiration(o.Expires, now)
+		m.Expiration = Expiration(o.Expires, now)
 	}
 	return m, p.route(name, o)
 }
 
-// expiration is the RabbitMQ per-message TTL Celery sets for expires: the
+// Expiration is the RabbitMQ per-message TTL Celery sets for expires: the
 // milliseconds left, never negative.
-func expiration(expires, now time.Time) string {
+func Expiration(expires, now time.Time) string {
 	ms := expires.Sub(now).Milliseconds()
 	if ms < 0 {
 		ms = 0

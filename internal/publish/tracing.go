@@ -18,6 +18,15 @@ const TracerName = "github.com/celeriac/celeriac"
 // and in worker hellos.
 const Version = "0.1.0"
 
+// Span attribute keys shared by the producer's and the worker's spans, as
+// opentelemetry-instrumentation-celery names them.
+const (
+	AttrAction      = "celery.action"
+	AttrTaskName    = "celery.task_name"
+	AttrMessageID   = "messaging.message.id"
+	AttrDestination = "messaging.destination"
+)
+
 // Tracing is the OpenTelemetry state of a producer or worker; nil when
 // tracing is off, so that the untraced path costs one nil check.
 type Tracing struct {
@@ -75,10 +84,10 @@ func (tr *Tracing) startPublish(ctx context.Context, m *protocol.TaskMessage, de
 	ctx, span := tr.Tracer.Start(ctx, "apply_async/"+m.Name, trace.WithSpanKind(trace.SpanKindProducer))
 	if span.IsRecording() {
 		span.SetAttributes(
-			attribute.String("celery.action", "apply_async"),
-			attribute.String("messaging.message.id", m.ID),
-			attribute.String("celery.task_name", m.Name),
-			attribute.String("messaging.destination", dest.RoutingKey),
+			attribute.String(AttrAction, "apply_async"),
+			attribute.String(AttrMessageID, m.ID),
+			attribute.String(AttrTaskName, m.Name),
+			attribute.String(AttrDestination, dest.RoutingKey),
 		)
 	}
 	h := make(map[string]any, len(m.Headers)+3)
