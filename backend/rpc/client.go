@@ -411,6 +411,10 @@ func (c *Client) touch(e *entry) {
 		old := c.idle.Remove(c.idle.Back()).(*entry)
 		old.elem = nil
 		delete(c.states, old.id)
+		// Nobody waited for it; a later Get of this id sees PENDING, so say
+		// which one went.
+		c.log.Warn("rpc client: state dropped: more than MaxStates results arrived that nobody waited for",
+			zap.String("task_id", old.id), zap.Int("max_states", c.maxStates))
 	}
 }
 
