@@ -141,3 +141,22 @@ func ExampleToValueStrict() {
 	// true
 	// map[X:1 Y:2]
 }
+
+func ExampleReprLimit() {
+	// Pairs of one pair, forty times over: 2^40 strings written out,
+	// shown in 60 bytes without building the rest.
+	var v any = "shared"
+	for range 40 {
+		v = []any{v, v}
+	}
+	s, truncated := protocol.ReprLimit(v, 60)
+	fmt.Println(s+"…", truncated)
+	// Output: [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[['shared', 'shared'],… true
+}
+
+func ExampleAppendJSONLimit() {
+	v := map[string]any{"when": time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC), "data": []byte{0xff, 0xfe}}
+	b, truncated, err := protocol.AppendJSONLimit(nil, v, protocol.JSONOptions{Typed: true}, 60)
+	fmt.Println(string(b), truncated, err)
+	// Output: {"data": {"__type__": "base64", "__value__": "//4="}, "when" true <nil>
+}

@@ -83,13 +83,16 @@ func anon(sc captureScenario) protocol.DeliveryInfo {
 }
 
 // goldenSet is one Celery version's captures: 5.2.6 in testdata/golden,
-// 5.5.2 in testdata/golden/celery55 (capture.py run under each).
+// 5.5.2 in testdata/golden/celery55, 5.6.3 in testdata/golden/celery56
+// (capture.py run under each).
 type goldenSet struct {
-	name string // "5.2" or "5.5"
+	name string // "5.2", "5.5" or "5.6"
 	dir  string // under testdata/golden
 }
 
-func (s goldenSet) v55() bool { return s.name == "5.5" }
+// v55 reports whether the set has what Celery 5.5 added (typed JSON,
+// stamping, native delayed delivery): 5.5 and 5.6.
+func (s goldenSet) v55() bool { return s.name != "5.2" }
 
 // file names a golden file of the set, for readGolden.
 func (s goldenSet) file(name string) string {
@@ -99,20 +102,25 @@ func (s goldenSet) file(name string) string {
 	return s.dir + "/" + name
 }
 
-var goldenSets = []goldenSet{{name: "5.2"}, {name: "5.5", dir: "celery55"}}
+var goldenSets = []goldenSet{{name: "5.2"}, {name: "5.5", dir: "celery55"}, {name: "5.6", dir: "celery56"}}
 
 func goldenCases(set goldenSet) []goldenCase {
 	cases := sharedGoldenCases(set)
 	if set.v55() {
-		cases = append(cases, goldenCases55()...)
+		cases = append(cases, goldenCases55(set)...)
 		// 5.5's clients send replaced_task_nesting 0, stamped_headers null
-		// and stamps {} in every v2 message.
+		// and stamps {} in every v2 message. 5.6 also gives a chord's body
+		// the header's group_id among its options (chord.freeze sets it on
+		// the body since 5.6).
 		for i := range cases {
 			want := cases[i].want
 			cases[i].want = func(sc captureScenario, broker string) protocol.TaskMessage {
 				m := want(sc, broker)
 				if m.Protocol == 2 && m.Stamps == nil {
 					m.Stamps = map[string]any{}
+				}
+				if set.name == "5.6" && m.Embed.Chord != nil {
+					m.Embed.Chord.Options["group_id"] = m.Group
 				}
 				return m
 			}
@@ -325,7 +333,7 @@ func nddKey(countdown int, key string) string {
 }
 
 // goldenCases55 are the scenarios only Celery 5.5 has.
-func goldenCases55() []goldenCase {
+func goldenCases55(set goldenSet) []goldenCase {
 	both := []string{"redis", "amqp"}
 	amqpOnly := []string{"amqp"}
 	base := func(ns, n int, name string, args ...any) func(sc captureScenario, broker string) protocol.TaskMessage {
@@ -393,11 +401,11 @@ func goldenCases55() []goldenCase {
 		{file: "ndd_countdown.published", scenario: "ndd_countdown", brokers: amqpOnly,
 			want: nddWant(50, 2, false, ""), deliveryInfo: ndd(2, "celery_delayed_27")},
 		{file: "ndd_countdown", scenario: "ndd_countdown", brokers: amqpOnly,
-			want: nddWant(50, 2, true, "celery55/ndd_countdown.amqp.json"), deliveryInfo: ndd(2, "celery_delayed_0")},
+			want: nddWant(50, 2, true, set.file("ndd_countdown.amqp.json")), deliveryInfo: ndd(2, "celery_delayed_0")},
 		{file: "ndd_eta.published", scenario: "ndd_eta", brokers: amqpOnly,
 			want: nddWant(51, 3, false, ""), deliveryInfo: ndd(3, "celery_delayed_27")},
 		{file: "ndd_eta", scenario: "ndd_eta", brokers: amqpOnly,
-			want: nddWant(51, 3, true, "celery55/ndd_eta.amqp.json"), deliveryInfo: ndd(3, "celery_delayed_delivery")},
+			want: nddWant(51, 3, true, set.file("ndd_eta.amqp.json")), deliveryInfo: ndd(3, "celery_delayed_delivery")},
 	}
 }
 
@@ -501,9 +509,10 @@ func TestGoldenCaptures(t *testing.T) {
 	}
 }
 
-// TestGoldenNativeDelayed55 checks the way Celery 5.5's countdown and eta
-// messages took through RabbitMQ's delayed-delivery levels: the levels
-// whose bit is 1 held them until their TTL expired, in order.
+// TestGoldenNativeDelayed55 checks the way Celery 5.5's and 5.6's
+// countdown and eta messages took through RabbitMQ's delayed-delivery
+// levels: the levels whose bit is 1 held them until their TTL expired, in
+// order.
 func TestGoldenNativeDelayed55(t *testing.T) {
 	for _, tc := range []struct {
 		file   string
@@ -511,6 +520,8 @@ func TestGoldenNativeDelayed55(t *testing.T) {
 	}{
 		{"celery55/ndd_countdown.amqp.json", []string{"celery_delayed_1/expired"}},
 		{"celery55/ndd_eta.amqp.json", []string{"celery_delayed_0/expired", "celery_delayed_1/expired"}},
+		{"celery56/ndd_countdown.amqp.json", []string{"celery_delayed_1/expired"}},
+		{"celery56/ndd_eta.amqp.json", []string{"celery_delayed_0/expired", "celery_delayed_1/expired"}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			h := loadAMQP(t, tc.file).Message.Headers

@@ -705,15 +705,43 @@ const maxEncodeDepth = MaxDepthLimit
 // Values nested deeper than MaxDepthLimit (a cyclic map, for instance) fail
 // with an error wrapping ErrTooDeep.
 func AppendJSON(dst []byte, v any, opts JSONOptions) ([]byte, error) {
-	e := jsonEncoder{typed: opts.Typed}
+	e := jsonEncoder{typed: opts.Typed, lim: math.MaxInt}
 	return e.value(dst, v, 0)
+}
+
+// AppendJSONLimit is [AppendJSON] cut to at most limit bytes appended to
+// dst (at a character boundary), for showing a value that may be large:
+// it stops writing once the limit is passed instead of building the
+// whole document and clipping it, so its output, memory and work are
+// bounded by limit whatever v holds (beyond one scan of a dict's keys to
+// sort them, and of a []byte to tell UTF-8 from binary), and a value that
+// expands when written costs no more than a small one. truncated reports
+// that what was appended is a cut prefix of AppendJSON's output, which
+// is then not a JSON document: the caller shows that (with "…", say). An
+// error is one AppendJSON would report within the part written.
+func AppendJSONLimit(dst []byte, v any, opts JSONOptions, limit int) (b []byte, truncated bool, err error) {
+	start := len(dst)
+	e := jsonEncoder{typed: opts.Typed, lim: start + max(limit, 0)}
+	b, err = e.value(dst, v, 0)
+	if err != nil {
+		return b, false, err
+	}
+	b, truncated = clipOutput(b, start, limit)
+	return b, truncated, nil
 }
 
 type jsonEncoder struct {
 	typed bool
+	// lim is where the encoder may stop: once the output is longer,
+	// nothing more is written (AppendJSONLimit clips); math.MaxInt
+	// for the whole document.
+	lim int
 }
 
 func (e *jsonEncoder) value(b []byte, v any, depth int) ([]byte, error) {
+	if len(b) > e.lim {
+		return b, nil
+	}
 	switch x := v.(type) {
 	case nil:
 		return append(b, "null"...), nil
@@ -723,7 +751,7 @@ func (e *jsonEncoder) value(b []byte, v any, depth int) ([]byte, error) {
 		}
 		return append(b, "false"...), nil
 	case string:
-		return appendJSONString(b, x), nil
+		return appendJSONString(b, clipInput(x, e.lim-len(b))), nil
 	case int64:
 		return strconv.AppendInt(b, x, 10), nil
 	case int:
@@ -739,6 +767,9 @@ func (e *jsonEncoder) value(b []byte, v any, depth int) ([]byte, error) {
 		}
 		b = append(b, '[')
 		for i, el := range x {
+			if len(b) > e.lim {
+				return b, nil
+			}
 			if i > 0 {
 				b = append(b, ", "...)
 			}
@@ -759,10 +790,13 @@ func (e *jsonEncoder) value(b []byte, v any, depth int) ([]byte, error) {
 		keys := sortedKeysInto(buf[:0], x)
 		b = append(b, '{')
 		for i, k := range keys {
+			if len(b) > e.lim {
+				return b, nil
+			}
 			if i > 0 {
 				b = append(b, ", "...)
 			}
-			b = appendJSONString(b, k)
+			b = appendJSONString(b, clipInput(k, e.lim-len(b)))
 			b = append(b, ": "...)
 			var err error
 			if b, err = e.value(b, x[k], depth+1); err != nil {
@@ -774,6 +808,9 @@ func (e *jsonEncoder) value(b []byte, v any, depth int) ([]byte, error) {
 		if x == nil {
 			return append(b, "null"...), nil
 		}
+		if bigIntTooLong(x) {
+			return b, fmt.Errorf("%w: an int of %d bits is over %d digits, which Python's json refuses to write or read", ErrTooLarge, x.BitLen(), maxIntDigits)
+		}
 		return x.Append(b, 10), nil
 	case []byte:
 		if x == nil {
@@ -781,13 +818,19 @@ func (e *jsonEncoder) value(b []byte, v any, depth int) ([]byte, error) {
 		}
 		if !utf8.Valid(x) {
 			b = append(openEnvelope(b, "base64"), '"')
+			// Whole groups of three bytes, so that the cut text is a
+			// prefix of the whole one.
+			if room := max(e.lim-len(b), 0); room < len(x)-8 {
+				x = x[:(room+8)/3*3]
+			}
 			b = base64.StdEncoding.AppendEncode(b, x)
 			return append(b, `"}`...), nil
 		}
+		s := string(clipInput(x, e.lim-len(b)))
 		if e.typed {
-			return append(appendJSONString(openEnvelope(b, "bytes"), string(x)), '}'), nil
+			return append(appendJSONString(openEnvelope(b, "bytes"), s), '}'), nil
 		}
-		return appendJSONString(b, string(x)), nil
+		return appendJSONString(b, s), nil
 	case time.Time:
 		var tmp [40]byte
 		return e.textual(b, "datetime", appendTime(tmp[:0], x)), nil
@@ -798,10 +841,11 @@ func (e *jsonEncoder) value(b []byte, v any, depth int) ([]byte, error) {
 		var tmp [16]byte
 		return e.textual(b, "time", x.appendISO(tmp[:0])), nil
 	case Decimal:
+		s := clipInput(string(x), e.lim-len(b))
 		if e.typed {
-			return append(appendJSONString(openEnvelope(b, "decimal"), string(x)), '}'), nil
+			return append(appendJSONString(openEnvelope(b, "decimal"), s), '}'), nil
 		}
-		return appendJSONString(b, string(x)), nil
+		return appendJSONString(b, s), nil
 	case UUID:
 		if e.typed {
 			b = append(b, `{"__type__": "uuid", "__value__": {"hex": "`...)

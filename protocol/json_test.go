@@ -466,6 +466,18 @@ func FuzzJSON(f *testing.F) {
 		if want := truncMicro(v); !valueEqual(want, v2) {
 			t.Fatalf("re-encode round trip of %q via %s mismatch:\nwant %#v\n got %#v", data, out, want, v2)
 		}
+		// The bounded writers write a prefix of the whole text, whatever
+		// the limit.
+		limit := len(data) % (len(out) + 2)
+		b, cut, err := AppendJSONLimit(nil, v, JSONOptions{Typed: true}, limit)
+		if err != nil || len(b) > limit || cut != (len(out) > limit) || !bytes.HasPrefix(out, b) || cut && len(b) < limit-3 {
+			t.Fatalf("AppendJSONLimit(%d) = %q, %v, %v; whole %q", limit, b, cut, err, out)
+		}
+		r := Repr(v)
+		s, cut := ReprLimit(v, limit)
+		if len(s) > limit || cut != (len(r) > limit) || !strings.HasPrefix(r, s) || cut && len(s) < limit-3 {
+			t.Fatalf("ReprLimit(%d) = %q, %v; whole %q", limit, s, cut, r)
+		}
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -26,13 +27,84 @@ const ReprMaxSize = 1024
 // <unrepresentable T>. In a string that is not valid UTF-8 each bad byte
 // is written as U+FFFD, since Python strings cannot hold such bytes.
 func Repr(v any) string {
-	return string(appendRepr(nil, v, 0))
+	return string(appendRepr(nil, v, 0, math.MaxInt))
 }
+
+// ReprLimit is [Repr] cut to at most limit bytes (at a character
+// boundary), for showing a value that may be large: it stops writing once
+// the limit is passed instead of building the whole text and clipping it,
+// so its output, memory and work are bounded by limit whatever v holds
+// (beyond one scan of a dict's keys to sort them), and a value that
+// expands when written (one big list shared many times) costs no more
+// than a small one. truncated reports that s is a cut prefix of Repr(v);
+// the caller shows that (with "…", say). limit <= 0 yields "" and
+// truncated true for every value.
+func ReprLimit(v any, limit int) (s string, truncated bool) {
+	b := appendRepr(nil, v, 0, max(limit, 0))
+	b, truncated = clipOutput(b, 0, limit)
+	return string(b), truncated
+}
+
+// clipOutput cuts b[start:] to limit bytes at a UTF-8 character start and
+// reports whether it cut.
+func clipOutput(b []byte, start, limit int) ([]byte, bool) {
+	limit = max(limit, 0)
+	if len(b)-start <= limit {
+		return b, false
+	}
+	n := start + limit
+	for n > start && !utf8.RuneStart(b[n]) {
+		n--
+	}
+	return b[:n], true
+}
+
+// clipInput cuts text that a writer turns into at least one byte per
+// byte (repr, JSON strings, base64) to what can pass room bytes of
+// output: more than room bytes, cut at a character start so that what
+// is kept is written as it would be uncut.
+func clipInput[T string | []byte](s T, room int) T {
+	room = max(room, 0)
+	if len(s)-8 <= room {
+		return s
+	}
+	n := room + 8
+	for n > room+4 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// bigIntTooLong reports whether x has more than maxIntDigits decimal
+// digits: Python refuses to write such an int (ValueError: Exceeds the
+// limit for integer string conversion), and writing one in decimal takes
+// time superlinear in its size.
+func bigIntTooLong(x *big.Int) bool {
+	// 2**(bits-1) <= |x| < 2**bits, and 0.30102 < log10(2) < 0.30103.
+	switch bits := x.BitLen(); {
+	case (bits-1)*30102 >= maxIntDigits*100000:
+		return true
+	case bits*30103 <= maxIntDigits*100000:
+		return false
+	}
+	return x.CmpAbs(pow10MaxIntDigits()) >= 0
+}
+
+// pow10MaxIntDigits is 10**maxIntDigits, the smallest int too long.
+var pow10MaxIntDigits = sync.OnceValue(func() *big.Int {
+	return new(big.Int).Exp(big.NewInt(10), big.NewInt(maxIntDigits), nil)
+})
 
 // pyTuple renders as a Python tuple: (1, 2), (1,), ().
 type pyTuple []any
 
-func appendRepr(b []byte, v any, depth int) []byte {
+// appendRepr writes repr(v) to b; lim is where it may stop: once b is
+// longer, nothing more of v is written (the caller clips), math.MaxInt
+// for the whole text.
+func appendRepr(b []byte, v any, depth, lim int) []byte {
+	if len(b) > lim {
+		return b
+	}
 	switch x := v.(type) {
 	case nil:
 		return append(b, "None"...)
@@ -47,23 +119,29 @@ func appendRepr(b []byte, v any, depth int) []byte {
 		if x == nil {
 			return append(b, "None"...)
 		}
+		if bigIntTooLong(x) {
+			return fmt.Appendf(b, "<int of %d bits>", x.BitLen())
+		}
 		return x.Append(b, 10)
 	case float64:
 		return appendPyFloatRepr(b, x, 64)
 	case string:
-		return appendPyStr(b, x)
+		return appendPyStr(b, clipInput(x, lim-len(b)))
 	case []byte:
-		return appendPyBytes(b, x)
+		return appendPyBytes(b, clipInput(x, lim-len(b)))
 	case []any:
 		if depth >= maxEncodeDepth {
 			return append(b, "[...]"...)
 		}
 		b = append(b, '[')
 		for i, el := range x {
+			if len(b) > lim {
+				return b
+			}
 			if i > 0 {
 				b = append(b, ", "...)
 			}
-			b = appendRepr(b, el, depth+1)
+			b = appendRepr(b, el, depth+1, lim)
 		}
 		return append(b, ']')
 	case pyTuple:
@@ -72,10 +150,13 @@ func appendRepr(b []byte, v any, depth int) []byte {
 		}
 		b = append(b, '(')
 		for i, el := range x {
+			if len(b) > lim {
+				return b
+			}
 			if i > 0 {
 				b = append(b, ", "...)
 			}
-			b = appendRepr(b, el, depth+1)
+			b = appendRepr(b, el, depth+1, lim)
 		}
 		if len(x) == 1 {
 			b = append(b, ',')
@@ -87,12 +168,15 @@ func appendRepr(b []byte, v any, depth int) []byte {
 		}
 		b = append(b, '{')
 		for i, k := range sortedKeys(x) {
+			if len(b) > lim {
+				return b
+			}
 			if i > 0 {
 				b = append(b, ", "...)
 			}
-			b = appendPyStr(b, k)
+			b = appendPyStr(b, clipInput(k, lim-len(b)))
 			b = append(b, ": "...)
-			b = appendRepr(b, x[k], depth+1)
+			b = appendRepr(b, x[k], depth+1, lim)
 		}
 		return append(b, '}')
 	case time.Time:
@@ -111,7 +195,7 @@ func appendRepr(b []byte, v any, depth int) []byte {
 		return append(b, ')')
 	case Decimal:
 		b = append(b, "Decimal("...)
-		b = appendPyStr(b, string(x))
+		b = appendPyStr(b, clipInput(string(x), lim-len(b)))
 		return append(b, ')')
 	case UUID:
 		b = append(b, "UUID('"...)
@@ -125,7 +209,7 @@ func appendRepr(b []byte, v any, depth int) []byte {
 	if err != nil {
 		return fmt.Appendf(b, "<unrepresentable %T>", v)
 	}
-	return appendRepr(b, nv, depth+1)
+	return appendRepr(b, nv, depth+1, lim)
 }
 
 func sortedKeys(m map[string]any) []string {
@@ -501,6 +585,18 @@ func (s *safeRepr) value(v any) {
 			}
 			s.literal(": ")
 			s.value(x[keys[i]])
+		})
+	case OrderedDict:
+		s.container("{", "}", len(x.Keys), func(i int) {
+			if s.budget() {
+				limit := s.left
+				if !s.limited {
+					limit = 0
+				}
+				s.write(SafeRepr(x.Keys[i], limit))
+			}
+			s.literal(": ")
+			s.value(x.Values[x.Keys[i]])
 		})
 	case nil, bool, int64, *big.Int, float64, time.Time, Date, TimeOfDay, Decimal, UUID:
 		s.text(Repr(x))

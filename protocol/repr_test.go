@@ -133,3 +133,11 @@ func TestReprArgs(t *testing.T) {
 		t.Errorf("ReprKwargs = %q, want %q", got, want)
 	}
 }
+
+func TestSafeReprOrderedDict(t *testing.T) {
+	d := OrderedDict{Keys: []string{"z", "a"}, Values: map[string]any{"z": int64(1),
+		"a": OrderedDict{Keys: []string{"y", "b"}, Values: map[string]any{"y": []any{int64(1)}, "b": "s"}}}}
+	if got, want := SafeRepr(d, ReprMaxSize), "{'z': 1, 'a': {'y': [1], 'b': 's'}}"; got != want {
+		t.Errorf("got %s, want %s", got, want)
+	}
+}

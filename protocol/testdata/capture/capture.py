@@ -77,10 +77,14 @@ from kombu import Exchange, Queue  # noqa: E402
 
 import golden_tasks  # noqa: E402
 
-V55 = celery.__version__.startswith('5.5.')
-if not V55 and not celery.__version__.startswith('5.2.'):
-    sys.exit('capture.py: celery %s is neither 5.2 nor 5.5' % celery.__version__)
-OUT = os.path.normpath(os.path.join(HERE, '..', 'golden', *(['celery55'] if V55 else [])))
+# V55: the scenarios 5.5 added (typed JSON, stamping, native delayed
+# delivery) are captured from 5.5 and from 5.6 alike.
+MINOR = '.'.join(celery.__version__.split('.')[:2])
+if MINOR not in ('5.2', '5.5', '5.6'):
+    sys.exit('capture.py: celery %s is not 5.2, 5.5 or 5.6' % celery.__version__)
+V55 = MINOR != '5.2'
+OUT = os.path.normpath(os.path.join(HERE, '..', 'golden',
+                                    *({'5.5': ['celery55'], '5.6': ['celery56']}.get(MINOR, []))))
 REDIS_URL = os.environ.get('GOLDEN_REDIS_URL', 'redis://127.0.0.1:6379/9')
 AMQP_URL = os.environ.get('GOLDEN_AMQP_URL', 'amqp://guest:guest@127.0.0.1:5672//')
 AMQP_HOST = os.environ.get('GOLDEN_AMQP_HOST', '127.0.0.1:5672')
