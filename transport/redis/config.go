@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/celeriac/celeriac/internal/redact"
 	"github.com/celeriac/celeriac/protocol"
 )
 
@@ -42,8 +43,10 @@ type Config struct {
 	// MasterName is the Sentinel master group (kombu's master_name); required
 	// for sentinel:// URLs.
 	MasterName string
-	// SentinelPassword authenticates to the Sentinels themselves (kombu's
-	// sentinel_kwargs password); the URL's password is the master's.
+	// SentinelUsername and SentinelPassword authenticate to the Sentinels
+	// themselves (kombu's sentinel_kwargs username and password: an ACL
+	// user of the Sentinels); the URL's user and password are the master's.
+	SentinelUsername string
 	SentinelPassword string
 	// TLSConfig, when set, is used for every connection (and implies TLS). It
 	// overrides the TLS query parameters of a rediss:// URL.
@@ -58,6 +61,22 @@ type Config struct {
 	PoolSize int
 	// DialTimeout bounds connecting; default 5 s.
 	DialTimeout time.Duration
+	// ReadTimeout bounds the wait for the reply to one command, on every
+	// pooled connection; default 5 s (go-redis's). A blocking command
+	// (BRPOP, BLMOVE) waits its own timeout plus 10 s instead, so a long
+	// BRPOPTimeout never looks like a dead link; a connection blackholed
+	// mid-command fails within this bound and is replaced. Negative means
+	// no bound. The pooled connections also send TCP keepalives (30 s idle,
+	// then 3 probes 5 s apart: go-redis's dialer).
+	ReadTimeout time.Duration
+	// HealthCheckInterval is how long a pub/sub connection (remote
+	// control, events) may stay silent before it is sent a PING; a PING
+	// unanswered for as long again has the connection replaced and
+	// subscribed again. Default 10 s, so a blackholed subscription is
+	// noticed within about 20 s (kombu's health_check_interval is 25 s);
+	// negative disables it. A silent channel is no evidence of a dead link:
+	// only the PING's answer is.
+	HealthCheckInterval time.Duration
 
 	// GlobalKeyPrefix is prepended to every key and pub/sub channel the
 	// transport touches, the unacked bookkeeping included, exactly as kombu's
@@ -173,6 +192,8 @@ const (
 	DefaultBatchSize         = 256
 	maxBatchSize             = 4096
 	DefaultDeadLetterPrefix  = "celeriac.dead."
+	// DefaultHealthCheckInterval is Config.HealthCheckInterval's default.
+	DefaultHealthCheckInterval = 10 * time.Second
 )
 
 // withDefaults returns a copy of c with defaults applied.
@@ -200,6 +221,11 @@ func (c Config) withDefaults() Config {
 		c.PoolSize = 10
 	}
 	defDur(&c.DialTimeout, 5*time.Second)
+	defDur(&c.ReadTimeout, 5*time.Second)
+	if c.ReadTimeout < 0 {
+		c.ReadTimeout = -1 // go-redis's "no deadline"
+	}
+	defDur(&c.HealthCheckInterval, DefaultHealthCheckInterval)
 	defDur(&c.UnackedMutexExpire, 300*time.Second)
 	defDur(&c.VisibilityTimeout, DefaultVisibilityTimeout)
 	defDur(&c.RestoreInterval, 10*time.Second)
@@ -318,7 +344,7 @@ func ParseURL(raw string) (Endpoint, error) {
 		}
 		u, err := url.Parse(p)
 		if err != nil {
-			return Endpoint{}, fmt.Errorf("redis: bad URL: %w", err)
+			return Endpoint{}, fmt.Errorf("redis: bad URL: %w", redact.Error(err))
 		}
 		scheme := strings.ToLower(u.Scheme)
 		if i > 0 && scheme != "sentinel" && scheme != "sentinels" {
@@ -405,7 +431,7 @@ func ParseURL(raw string) (Endpoint, error) {
 		}
 	}
 	if len(ep.Addrs) == 0 {
-		return Endpoint{}, fmt.Errorf("redis: no address in URL %q", raw)
+		return Endpoint{}, fmt.Errorf("redis: no address in URL %s", redact.URL(raw))
 	}
 	return ep, nil
 }

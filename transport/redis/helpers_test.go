@@ -18,7 +18,7 @@ import (
 	"github.com/celeriac/celeriac/transport/transporttest"
 )
 
-// testDB is the Redis database this package's tests use (see README).
+// testDB is the Redis database this package's tests use (see docs/testing.md).
 const testDB = 10
 
 func TestMain(m *testing.M) {

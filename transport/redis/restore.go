@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -139,8 +140,12 @@ func (t *Transport) sweepLogged() {
 // mutex. The transport runs it on its own timer; it is exported for tools
 // and tests.
 func (t *Transport) Sweep(ctx context.Context) (int, error) {
+	t.releaseStray(ctx)
 	token := newTag()
 	ok, err := t.acquireMutex(ctx, token)
+	if err != nil {
+		t.addStray(token)
+	}
 	if err != nil || !ok {
 		return 0, err
 	}
@@ -159,6 +164,7 @@ func (t *Transport) Sweep(ctx context.Context) (int, error) {
 			time.Sleep(50 * time.Millisecond << attempt)
 		}
 		if err != nil && !errors.Is(err, goredis.Nil) {
+			t.addStray(token)
 			t.logError(&t.bgErrLimits, "redis: could not release the restore mutex; sweeps wait for it to expire", err)
 		}
 	}()
@@ -214,6 +220,56 @@ func (t *Transport) Sweep(ctx context.Context) (int, error) {
 // that gave up there would leave it held for UnackedMutexExpire (kombu's
 // 300 s), stopping every worker's sweep that long. So a refused SET NX is
 // checked: a mutex holding this token is this sweep's.
+// strayTokens are the mutex tokens of sweeps whose SET NX or release got
+// no answer. On a link that held its bytes (a blackhole healed, TCP
+// retransmitting) such a SET reaches Redis after the client gave up on it,
+// and would hold the unacked_mutex for UnackedMutexExpire (kombu's 300 s)
+// with nobody to release it: no worker, Python or Go, restores anything
+// meanwhile (the gray-failure matrix lost 5 minutes to it). Every sweep
+// first releases them, compare-and-delete, until they expire.
+type strayTokens struct {
+	mu     sync.Mutex
+	tokens []strayToken
+}
+
+type strayToken struct {
+	token string
+	at    time.Time
+}
+
+// maxStray bounds the tokens kept: only the first SET to land can take
+// the mutex, and it is one of the oldest.
+const maxStray = 32
+
+func (t *Transport) addStray(token string) {
+	t.stray.mu.Lock()
+	defer t.stray.mu.Unlock()
+	if len(t.stray.tokens) == maxStray {
+		t.stray.tokens = t.stray.tokens[1:]
+	}
+	t.stray.tokens = append(t.stray.tokens, strayToken{token, time.Now()})
+}
+
+func (t *Transport) releaseStray(ctx context.Context) {
+	t.stray.mu.Lock()
+	now := time.Now()
+	live := t.stray.tokens[:0]
+	for _, s := range t.stray.tokens {
+		if now.Sub(s.at) < t.cfg.UnackedMutexExpire {
+			live = append(live, s)
+		}
+	}
+	t.stray.tokens = live
+	tokens := slices.Clone(live)
+	t.stray.mu.Unlock()
+	for _, s := range tokens {
+		err := t.scrUnlock.Run(ctx, t.rdb, []string{t.keys.unackedMutex}, s.token).Err()
+		if err != nil && !errors.Is(err, goredis.Nil) {
+			return // the link is still down: next sweep
+		}
+	}
+}
+
 func (t *Transport) acquireMutex(ctx context.Context, token string) (bool, error) {
 	ok, err := t.rdb.SetNX(ctx, t.keys.unackedMutex, token, t.cfg.UnackedMutexExpire).Result()
 	if err != nil || ok {

@@ -110,6 +110,7 @@ func (s *subscription) run() {
 	defer close(s.done)
 	defer close(s.out)
 	attempt := 0
+	hc := healthCheck{every: s.t.cfg.HealthCheckInterval, last: time.Now()}
 	for {
 		select {
 		case <-s.stop:
@@ -120,8 +121,13 @@ func (s *subscription) run() {
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+				if msg = s.checkHealth(&hc, time.Now()); msg == nil {
+					continue
+				}
+				err = nil
 			}
+		}
+		if err != nil {
 			select {
 			case <-s.stop:
 				return
@@ -133,12 +139,14 @@ func (s *subscription) run() {
 				return
 			}
 			attempt++
+			hc.reset(time.Now())
 			continue
 		}
 		attempt = 0
+		hc.reset(time.Now())
 		m, ok := msg.(*goredis.Message)
 		if !ok {
-			continue
+			continue // a PONG, or a (re)subscription confirmation
 		}
 		env, err := protocol.DecodeEnvelope([]byte(m.Payload), s.t.cfg.Decode)
 		if err != nil {
@@ -162,4 +170,62 @@ func (s *subscription) run() {
 			return
 		}
 	}
+}
+
+// healthCheck is a subscription's view of its connection: a pub/sub
+// connection that receives nothing may be idle or dead, and only the
+// answer to a PING tells which (kombu's health_check_interval).
+type healthCheck struct {
+	every  time.Duration // <= 0: never check
+	last   time.Time     // when anything was last received
+	pinged time.Time     // when the unanswered PING went out (zero: none)
+}
+
+func (h *healthCheck) reset(now time.Time) { h.last, h.pinged = now, time.Time{} }
+
+// due says what to do after a silent second: "ping" when the connection
+// has been silent for a period, "replace" when a PING got no answer for
+// another, "" otherwise.
+func (h *healthCheck) due(now time.Time) string {
+	switch {
+	case h.every <= 0:
+		return ""
+	case !h.pinged.IsZero():
+		if now.Sub(h.pinged) >= h.every {
+			return "replace"
+		}
+		return ""
+	case now.Sub(h.last) >= h.every:
+		return "ping"
+	}
+	return ""
+}
+
+// checkHealth runs after each silent second of the subscription. It
+// returns what it happened to read, if anything.
+func (s *subscription) checkHealth(h *healthCheck, now time.Time) any {
+	switch h.due(now) {
+	case "ping":
+		// A PING that cannot be written has go-redis reconnect at once.
+		if err := s.ps.Ping(context.Background()); err != nil {
+			h.reset(now)
+			return nil
+		}
+		h.pinged = now
+	case "replace":
+		s.t.logError(&s.limit, "redis: subscription connection does not answer PING; reconnecting",
+			fmt.Errorf("no PONG within %s", h.every), zap.String("exchange", s.b.Exchange))
+		// go-redis replaces a pub/sub connection whose read fails other
+		// than by ReceiveTimeout's own timeout, and subscribes the new one
+		// to the same patterns: an already expired read is such a failure.
+		// What was buffered is still read first.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+		msg, err := s.ps.Receive(ctx)
+		cancel()
+		h.reset(now)
+		if err == nil {
+			return msg
+		}
+	}
+	return nil
 }

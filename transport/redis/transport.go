@@ -77,6 +77,7 @@ type Transport struct {
 	rpopCount   bool // the server's RPOP takes a count (Redis >= 6.2)
 	errLimiter  logLimiter
 	bgErrLimits logLimiter
+	stray       strayTokens // restore.go
 }
 
 // Dial connects to the broker named by cfg.URL and returns a transport. It
@@ -100,6 +101,7 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 		rdb = goredis.NewFailoverClient(&goredis.FailoverOptions{
 			MasterName:       cfg.MasterName,
 			SentinelAddrs:    ep.Addrs,
+			SentinelUsername: cfg.SentinelUsername,
 			SentinelPassword: cfg.SentinelPassword,
 			Username:         ep.Username,
 			Password:         ep.Password,
@@ -108,6 +110,7 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 			ClientName:       cfg.ClientName,
 			PoolSize:         cfg.PoolSize,
 			DialTimeout:      cfg.DialTimeout,
+			ReadTimeout:      cfg.ReadTimeout,
 			Protocol:         2,
 			DisableIdentity:  true,
 		})
@@ -122,6 +125,7 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 			ClientName:      cfg.ClientName,
 			PoolSize:        cfg.PoolSize,
 			DialTimeout:     cfg.DialTimeout,
+			ReadTimeout:     cfg.ReadTimeout,
 			Protocol:        2,
 			DisableIdentity: true,
 		})
