@@ -56,8 +56,10 @@ type Config struct {
 	// result_backend_transport_options["master_name"]). Required with
 	// sentinel:// URLs unless the URL carries ?master_name=.
 	MasterName string
-	// SentinelPassword authenticates to the Sentinels (Celery's
-	// sentinel_kwargs password). The URL's password is the master's.
+	// SentinelUsername and SentinelPassword authenticate to the Sentinels
+	// (Celery's sentinel_kwargs username and password: an ACL user of the
+	// Sentinels). The URL's user and password are the master's.
+	SentinelUsername string
 	SentinelPassword string
 	// TLSConfig overrides the TLS settings derived from a rediss:// URL.
 	TLSConfig *tls.Config
@@ -224,7 +226,7 @@ func (c *Config) newClient() (*goredis.Client, error) {
 // sentinel://:pw@h1:26379/0;sentinel://h2:26379/0. The password and db of
 // the first URL are the master's, as in Celery's SentinelBackend.
 func (c *Config) failoverOptions(raw string) (*goredis.FailoverOptions, error) {
-	opt := &goredis.FailoverOptions{MasterName: c.MasterName, SentinelPassword: c.SentinelPassword}
+	opt := &goredis.FailoverOptions{MasterName: c.MasterName, SentinelUsername: c.SentinelUsername, SentinelPassword: c.SentinelPassword}
 	for i, chunk := range strings.Split(raw, ";") {
 		chunk = strings.TrimSpace(chunk)
 		if chunk == "" {

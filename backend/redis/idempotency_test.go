@@ -17,7 +17,7 @@ import (
 	"github.com/celeriac/celeriac/transport/transporttest"
 )
 
-// idemDB is the database of the idempotency tests (see README, Testing);
+// idemDB is the database of the idempotency tests (see docs/testing.md);
 // every key carries a unique global prefix and is deleted afterwards.
 const idemDB = 7
 

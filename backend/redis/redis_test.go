@@ -21,7 +21,7 @@ import (
 	"github.com/celeriac/celeriac/transport/transporttest"
 )
 
-// testDB is this package's Redis database (see README, Testing).
+// testDB is this package's Redis database (see docs/testing.md).
 const testDB = 11
 
 // testPrefix returns a global key prefix no other test uses; every key the

@@ -222,11 +222,13 @@ func exceptionValue(v any) any {
 // in celeriac_chord_part, where each header task a celeriac worker ran
 // recorded it through ChordPartReturn, or else in celery_taskmeta, where
 // a Python worker stored it (SUCCESS, FAILURE or REVOKED), read with
-// [DecodePickle]. A result there that DecodePickle refuses (an object of
-// an application class) leaves the chord not ready here, as every Python
+// [DecodePickle]. A result there that DecodePickle refuses as Python
+// would not (an object of an application class, a value over the
+// decoder's bounds) leaves the chord not ready here, as every Python
 // header did before the decoder existed: its chord_unlock is then
 // completed by a Python worker (Celery retries the task, so a Python
-// worker on the same queue takes it up).
+// worker on the same queue takes it up). A malformed pickle, which no
+// worker reads, makes that part a ChordError failure.
 func (b *Backend) UnlockChord(ctx context.Context, groupID string, taskIDs []string, claimant string) (backend.ChordResult, error) {
 	if err := ctx.Err(); err != nil {
 		return backend.ChordResult{}, err
@@ -316,10 +318,19 @@ func (b *Backend) UnlockChord(ctx context.Context, groupID string, taskIDs []str
 	return res, nil
 }
 
+// pythonReads reports whether a result DecodePickle refused with err is
+// one Python's unpickler reads: an object of a class outside the
+// allow-list, or a value over the decoder's bounds (which are not
+// Python's). A Python worker's chord_unlock then completes the chord.
+// Any other refusal is a malformed pickle that Python refuses too.
+func pythonReads(err error) bool {
+	return errors.Is(err, ErrUnsafePickle) || errors.Is(err, protocol.ErrTooLarge) || errors.Is(err, protocol.ErrTooDeep)
+}
+
 // pythonParts adds to found the header tasks among ids whose ready outcome
 // is in the task table (stored by a Python worker) and decodes.
 func (b *Backend) pythonParts(ctx context.Context, tx pgx.Tx, groupID string, ids []string, found map[string]backend.ChordPart) error {
-	rows, err := tx.Query(ctx, "SELECT task_id, status, result FROM "+b.s.taskTable+
+	rows, err := tx.Query(ctx, "SELECT task_id, status, "+resultColumn+", octet_length(result) FROM "+b.s.taskTable+
 		" WHERE task_id = ANY($1) AND status IN ('SUCCESS', 'FAILURE', 'REVOKED')", ids)
 	if err != nil {
 		return err
@@ -329,15 +340,22 @@ func (b *Backend) pythonParts(ctx context.Context, tx pgx.Tx, groupID string, id
 		var (
 			id, state string
 			raw       []byte
+			size      *int64
 		)
-		if err := rows.Scan(&id, &state, &raw); err != nil {
+		if err := rows.Scan(&id, &state, &raw, &size); err != nil {
 			return err
 		}
 		part := backend.ChordPart{GroupID: groupID, TaskID: id, State: protocol.State(state)}
-		if raw != nil {
-			part.Result = decodeSQLAResult(part.State, raw)
-			if _, refused := part.Result.(PickledResult); refused {
-				continue
+		if size != nil {
+			part.Result = decodeSQLAResult(part.State, raw, *size)
+			if r, refused := part.Result.(PickledResult); refused {
+				if pythonReads(r.Err) {
+					continue
+				}
+				// Python's chord_unlock cannot read it either: the chord
+				// fails, naming the part, instead of waiting forever.
+				part = chordFailure(groupID, fmt.Sprintf("chord part %s: its stored result does not unpickle: %v", id, r.Err))
+				part.TaskID = id
 			}
 		}
 		found[id] = part

@@ -3,6 +3,7 @@ package sql
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/celeriac/celeriac/internal/redact"
 	"github.com/celeriac/celeriac/protocol"
 )
 
@@ -87,6 +89,9 @@ const (
 	maxTaskIDLen            = 155 // celery_taskmeta.task_id is String(155)
 )
 
+// pgKeepAlive is the TCP keepalive of every connection (see Config.settings).
+var pgKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3}
+
 // ParseURL turns a Celery result_backend URL for PostgreSQL into the URL
 // pgx reads: "db+" and a SQLAlchemy "+driver" are removed, and a
 // postgres:// URL passes through.
@@ -98,7 +103,7 @@ func ParseURL(raw string) (string, error) {
 		if strings.Contains(s, "=") {
 			return s, nil // key=value DSN
 		}
-		return "", fmt.Errorf("sql backend: %q is not a database URL", redactDSN(raw))
+		return "", fmt.Errorf("sql backend: %q is not a database URL", redact.URL(raw))
 	}
 	scheme, rest := s[:i], s[i:]
 	dialect, _, _ := strings.Cut(scheme, "+")
@@ -140,8 +145,13 @@ func (c Config) settings() (*settings, error) {
 	}
 	pc, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		// pgx's error may quote the URL, password included.
-		return nil, fmt.Errorf("sql backend: bad database URL %s", redactDSN(dsn))
+		// pgx's error may quote the URL, password included; url's
+		// reason (an invalid escape) does not.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			return nil, fmt.Errorf("sql backend: bad database URL %s: %v", redact.URL(dsn), ue.Err)
+		}
+		return nil, fmt.Errorf("sql backend: bad database URL %s", redact.URL(dsn))
 	}
 	s := &settings{
 		pool: pc, stmtTimeout: c.StatementTimeout, contentType: c.Serializer,
@@ -188,6 +198,13 @@ func (c Config) settings() (*settings, error) {
 	if pc.ConnConfig.ConnectTimeout == 0 || pc.ConnConfig.ConnectTimeout > s.stmtTimeout {
 		pc.ConnConfig.ConnectTimeout = s.stmtTimeout
 	}
+	// Every statement is bounded by StatementTimeout on the client side, so
+	// a connection that goes dead under a statement is dropped within it.
+	// An idle one (in the pool, or Wait's LISTEN connection, which reads
+	// nothing while no result is stored) is found by TCP keepalive: probes
+	// after 15 s of silence, dead after 3 unanswered 5 s apart, where
+	// pgx's default waits 5 minutes.
+	pc.ConnConfig.DialFunc = (&net.Dialer{KeepAliveConfig: pgKeepAlive}).DialContext
 	switch c.Schema {
 	case SQLAlchemy:
 		s.taskName, s.groupName = "celery_taskmeta", "celery_tasksetmeta"
@@ -225,23 +242,4 @@ func qualify(schema, name string) string {
 
 func quoteIdent(s string) string {
 	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
-}
-
-// redactDSN hides a password in a URL or key=value DSN, for errors and logs.
-func redactDSN(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "xxx")
-		}
-		q := u.Query()
-		if q.Has("password") {
-			q.Set("password", "xxx")
-			u.RawQuery = q.Encode()
-		}
-		return u.String()
-	}
-	if strings.Contains(dsn, "password") {
-		return "<dsn with password>"
-	}
-	return dsn
 }

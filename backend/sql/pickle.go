@@ -54,8 +54,9 @@ var errPickleDepth = fmt.Errorf("%w: pickle: value nested too deeply", protocol.
 // pickle.dumps would write the value Celery's database backend stores in
 // its PickleType column, for the values a Go handler returns:
 //
-//   - nil, bool, integers (any size, *big.Int), float64, string (invalid
-//     UTF-8 becomes U+FFFD, as in JSON), []byte (bytes);
+//   - nil, bool, integers (a *big.Int up to 4300 decimal digits, the
+//     limit of DecodePickle and of Python's int to text), float64,
+//     string (invalid UTF-8 becomes U+FFFD, as in JSON), []byte (bytes);
 //   - []any → list, map[string]any → dict;
 //   - *protocol.ExceptionInfo → {"exc_type", "exc_message" (a tuple),
 //     "exc_module"}, the dict Celery stores for an exception with a
@@ -119,6 +120,10 @@ func (e *pickler) value(v any, depth int) error {
 		if x == nil {
 			e.buf = append(e.buf, opNone)
 			return nil
+		}
+		if intTooLong(x) {
+			// Python would read it, but not DecodePickle, JSON or repr.
+			return fmt.Errorf("%w: pickle: an int of %d bits is over %d digits", protocol.ErrUnencodable, x.BitLen(), maxPickleIntDigits)
 		}
 		e.bigInt(x)
 	case float32:

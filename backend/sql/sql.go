@@ -198,7 +198,7 @@ func (b *Backend) Store(ctx context.Context, r backend.StoreRequest) error {
 		return fmt.Errorf("sql backend: store %s: %w", m.TaskID, err)
 	}
 	if b.s.notify {
-		q = notifying(q, b.s.channel)
+		q, args = notifying(q, args, b.s.channel)
 	}
 	// A queued store waits for its transaction as long as the caller
 	// lets it: the statement timeout bounds each transaction (in commit),

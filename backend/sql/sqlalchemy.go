@@ -130,8 +130,11 @@ func (b *Backend) sqlaStore(m *protocol.ResultMeta) (string, []any, error) {
 		cols = append(cols, extendedColumns...)
 		args = append(args, name, a, kw, worker, retries, queue)
 	}
+	// The sequence's name is a bind parameter (nextval takes a regclass),
+	// never quoted into the text by hand.
+	args = append(args, b.s.taskSeq)
 	var q strings.Builder
-	fmt.Fprintf(&q, "INSERT INTO %s AS t (id, %s) VALUES (nextval(%s)", b.s.taskTable, strings.Join(cols, ", "), quoteLiteral(b.s.taskSeq))
+	fmt.Fprintf(&q, "INSERT INTO %s AS t (id, %s) VALUES (nextval($%d::regclass)", b.s.taskTable, strings.Join(cols, ", "), len(args))
 	for i := range cols {
 		fmt.Fprintf(&q, ", $%d", i+1)
 	}
@@ -151,8 +154,9 @@ func (b *Backend) sqlaStore(m *protocol.ResultMeta) (string, []any, error) {
 // class outside its allow-list (an exception pickled with
 // result_serializer = "pickle", an instance of an application class;
 // Err wraps [ErrUnsafePickle] then), or one that is malformed, too large
-// or nested too deeply. It keeps such a value apart from None (a NULL
-// column, Result nil); the value itself is not read.
+// or nested too deeply, or a result column over 16 MiB, which is not
+// fetched (Err wraps protocol.ErrTooLarge). It keeps such a value apart
+// from None (a NULL column, Result nil); the value itself is not read.
 type PickledResult struct {
 	Size int   // bytes
 	Err  error // why DecodePickle refused it
@@ -169,7 +173,7 @@ func resultValue(m *protocol.ResultMeta) any {
 }
 
 func (b *Backend) sqlaGet(ctx context.Context, taskID string) (*protocol.ResultMeta, error) {
-	cols := "status, date_done, traceback, result"
+	cols := "status, date_done, traceback, " + resultColumn + ", octet_length(result)"
 	if b.hasExtended {
 		cols += ", " + strings.Join(extendedColumns, ", ")
 	}
@@ -181,8 +185,9 @@ func (b *Backend) sqlaGet(ctx context.Context, taskID string) (*protocol.ResultM
 		args, kwargs            []byte
 		retries                 *int32
 		result                  []byte
+		size                    *int64
 	)
-	dest := []any{&status, &done, &tb, &result}
+	dest := []any{&status, &done, &tb, &result, &size}
 	if b.hasExtended {
 		dest = append(dest, &name, &args, &kwargs, &worker, &retries, &queue)
 	}
@@ -196,8 +201,8 @@ func (b *Backend) sqlaGet(ctx context.Context, taskID string) (*protocol.ResultM
 	if done != nil {
 		m.DateDone = done.UTC()
 	}
-	if result != nil {
-		m.Result = decodeSQLAResult(m.Status, result)
+	if size != nil {
+		m.Result = decodeSQLAResult(m.Status, result, *size)
 	}
 	if b.hasExtended && (name != nil || args != nil || worker != nil) {
 		m.Extended = true
@@ -212,11 +217,25 @@ func (b *Backend) sqlaGet(ctx context.Context, taskID string) (*protocol.ResultM
 	return m, nil
 }
 
-// decodeSQLAResult reads the result column: the pickle of the return
-// value, or for FAILURE, RETRY and REVOKED of Celery's exception dict,
-// which becomes an *protocol.ExceptionInfo as on every other backend. A
-// pickle the restricted decoder refuses is a PickledResult.
-func decodeSQLAResult(state protocol.State, data []byte) any {
+// maxResultColumn is the largest result column read: a larger one is a
+// PickledResult wrapping protocol.ErrTooLarge, and its bytes stay in the
+// database (resultColumn), so that a hostile row costs neither the
+// transfer nor the decoding.
+const maxResultColumn = 16 << 20
+
+// resultColumn selects the result column up to maxResultColumn bytes,
+// NULL beyond; octet_length(result) follows it.
+var resultColumn = fmt.Sprintf("CASE WHEN octet_length(result) <= %d THEN result END", maxResultColumn)
+
+// decodeSQLAResult reads the result column, of size bytes (data is nil
+// beyond maxResultColumn): the pickle of the return value, or for
+// FAILURE, RETRY and REVOKED of Celery's exception dict, which becomes an
+// *protocol.ExceptionInfo as on every other backend. A pickle the
+// restricted decoder refuses is a PickledResult.
+func decodeSQLAResult(state protocol.State, data []byte, size int64) any {
+	if size > maxResultColumn || int64(len(data)) != size {
+		return PickledResult{Size: int(size), Err: fmt.Errorf("%w: sql backend: a result column of %d bytes exceeds %d", protocol.ErrTooLarge, size, maxResultColumn)}
+	}
 	v, err := DecodePickle(data)
 	if err != nil {
 		return PickledResult{Size: len(data), Err: err}
@@ -285,8 +304,4 @@ func trunc(s string, n int) string {
 		return s
 	}
 	return string(r[:n])
-}
-
-func quoteLiteral(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }

@@ -8,6 +8,7 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -42,6 +43,18 @@ const (
 	// input, plus pickleWorkBase.
 	pickleWorkFactor = 64
 	pickleWorkBase   = 1 << 20
+	// maxPickleMemory bounds the memory the decoder allocates, charged
+	// for every value pushed, container filled, mark, memo slot and
+	// converted container (see pushCost): a byte of input can be a map
+	// in memory, so 16 MiB of EMPTY_DICT opcodes is refused here instead
+	// of taking gigabytes.
+	maxPickleMemory = 256 << 20
+	// maxPickleLongBytes bounds LONG1 and LONG4 before their value is
+	// read: an int of maxPickleIntDigits digits needs 1786 bytes, and
+	// Python's pickler writes no more bytes than the value needs.
+	maxPickleLongBytes = 1800
+	// maxQuoted is how much of an invalid argument an error quotes.
+	maxQuoted = 40
 )
 
 // Pickle opcodes the encoder does not write (Lib/pickletools.py).
@@ -127,25 +140,42 @@ const (
 // wrapping [ErrUnsafePickle]. A value of an allowed class in a form
 // Python's pickler does not write (a datetime built from integers), or
 // one that has no protocol value (a timedelta on its own, a datetime.time
-// with an offset), is an error too. Input over 64 MiB fails with an error
-// wrapping protocol.ErrTooLarge, and so does a pickle whose value would
-// be over 64 times its size written out (shared parts repeated);
+// with an offset), is an error too, and so is an int written as text
+// (INT, LONG) of more than 4300 decimal digits, which Python refuses as
+// well. A binary int (LONG1, LONG4) over that limit, which Python reads
+// but which no text form (JSON, repr) holds, fails with an error
+// wrapping protocol.ErrTooLarge, and so does input over 64 MiB, and a
+// pickle whose value would be over
+// 64 times its size plus 1 MiB written out as repr or typed JSON (each
+// scalar counted at the most it writes, shared parts repeated), or whose
+// decoding would allocate more than 256 MiB (every value pushed,
+// container filled, mark and memo slot is charged as it is made);
 // nesting deeper than protocol.MaxDepthLimit (a recursive list included)
-// fails with one wrapping protocol.ErrTooDeep. Data after STOP is
-// ignored, as pickle.loads ignores it.
+// fails with one wrapping protocol.ErrTooDeep. An error quotes at most 40
+// bytes of the input. A bug in the decoder that panics is an error
+// wrapping ErrUnsafePickle, not a panic. Data after STOP is ignored, as
+// pickle.loads ignores it.
 //
 // Containers the pickle shares (one object referenced twice through the
 // memo) are shared in the result too; the result shares no memory with
 // data.
 func DecodePickle(data []byte) (any, error) {
+	return decodePickle(data, maxPickleMemory)
+}
+
+// decodePickle is DecodePickle with mem bytes of memory budget.
+func decodePickle(data []byte, mem int) (v any, err error) {
 	if len(data) > maxPickleSize {
 		return nil, fmt.Errorf("%w: pickle of %d bytes exceeds %d", protocol.ErrTooLarge, len(data), maxPickleSize)
 	}
-	u := unpickler{data: data, work: pickleWorkFactor*len(data) + pickleWorkBase}
-	v, err := u.run()
-	if err != nil {
+	u := unpickler{data: data, work: pickleWorkFactor*len(data) + pickleWorkBase, mem: mem}
+	defer u.recoverPanic(&v, &err)
+	if v, err = u.run(); err != nil {
 		return nil, err
 	}
+	// The stack, marks and memo are garbage now; resolve allocates the
+	// result.
+	u.stack, u.marks, u.memo = nil, nil, nil
 	return u.resolve(v, 0)
 }
 
@@ -224,10 +254,22 @@ type unpickler struct {
 	memo  []any
 	nmemo int
 	// work is what is left of the budget of work input bytes do not
-	// pay for (see pickleWorkFactor).
-	work int
+	// pay for (see pickleWorkFactor), mem of the memory budget (see
+	// maxPickleMemory).
+	work, mem int
+	// err is the first charge a push could not pay; run stops there.
+	err error
 	// done holds the containers resolve converted.
 	done map[any]resolved
+}
+
+// recoverPanic makes a panic in the decoder this pickle's error: a bug
+// here must not take down the worker's chord_unlock or the dashboard
+// with it.
+func (u *unpickler) recoverPanic(v *any, err *error) {
+	if r := recover(); r != nil {
+		*v, *err = nil, fmt.Errorf("%w: sql backend: pickle: decoder failed at offset %d: %v", ErrUnsafePickle, u.op, r)
+	}
 }
 
 func (u *unpickler) errorf(format string, args ...any) error {
@@ -295,7 +337,43 @@ func (u *unpickler) need(n int) error {
 	return nil
 }
 
-func (u *unpickler) push(v any) { u.stack = append(u.stack, v) }
+// push charges every value pushed, so that no opcode allocates beyond
+// the budget: one byte of EMPTY_DICT is a map in memory.
+func (u *unpickler) push(v any) {
+	if u.err == nil {
+		u.err = u.alloc(pushCost(v))
+	}
+	u.stack = append(u.stack, v)
+}
+
+// Approximate bytes of memory, charged against the work budget.
+const (
+	// slotCost is an item on the stack, then in a container (slices
+	// grow by doubling), or in the result.
+	slotCost = 32
+	// objectCost is a container, a boxed number or a time, and its
+	// pointer.
+	objectCost = 64
+	// entryCost is a map entry (key, value, control bytes, growth).
+	entryCost = 64
+)
+
+// pushCost is what a value pushed on the stack holds in memory.
+func pushCost(v any) int {
+	switch x := v.(type) {
+	case nil, bool, pyGlobal:
+		return slotCost
+	case string:
+		return slotCost + len(x)
+	case []byte:
+		return slotCost + len(x)
+	case *big.Int:
+		return slotCost + objectCost + len(x.Bits())*8
+	case protocol.Decimal:
+		return slotCost + objectCost + len(x)
+	}
+	return slotCost + objectCost
+}
 
 func (u *unpickler) pop() any {
 	v := u.stack[len(u.stack)-1]
@@ -345,6 +423,9 @@ func (u *unpickler) run() (any, error) {
 		}
 		if err := u.step(op); err != nil {
 			return nil, err
+		}
+		if u.err != nil {
+			return nil, u.err
 		}
 	}
 }
@@ -449,6 +530,9 @@ func (u *unpickler) step(op byte) error {
 	case opEmptySet:
 		u.push(&pySet{})
 	case opMark:
+		if err := u.alloc(slotCost); err != nil {
+			return err
+		}
 		u.marks = append(u.marks, len(u.stack))
 	case opList:
 		items, err := u.popMarkCopy()
@@ -646,6 +730,15 @@ func (u *unpickler) step(op byte) error {
 		return u.errorf("invalid opcode 0x%02x", op)
 	}
 	return nil
+}
+
+// quoted is b quoted for an error, cut to maxQuoted bytes: an error
+// never carries a whole hostile line (a FLOAT argument may be megabytes).
+func quoted(b []byte) string {
+	if len(b) <= maxQuoted {
+		return strconv.Quote(string(b))
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(string(b[:maxQuoted])), len(b))
 }
 
 func isHex(c byte) bool {
@@ -904,6 +997,9 @@ func (u *unpickler) binLong(op byte) error {
 	if err != nil {
 		return err
 	}
+	if n > maxPickleLongBytes {
+		return u.tooLongInt(longName(op))
+	}
 	b, err := u.take(n)
 	if err != nil {
 		return err
@@ -927,9 +1023,46 @@ func (u *unpickler) binLong(op byte) error {
 	if be[0]&0x80 != 0 {
 		x.Sub(x, new(big.Int).Lsh(big.NewInt(1), uint(8*len(be))))
 	}
+	if intTooLong(x) {
+		return u.tooLongInt(longName(op))
+	}
 	u.push(intValue(x))
 	return nil
 }
+
+// tooLongInt is the error for an int over maxPickleIntDigits, which
+// pickle.loads reads (LONG1 and LONG4 are binary) but no text form of
+// the value (JSON, repr, a dict key made text) can hold: too large, like
+// a value over the decoder's other bounds.
+func (u *unpickler) tooLongInt(what string) error {
+	return fmt.Errorf("%w: sql backend: pickle: offset %d: %s: an int over %d digits (Python's limit for an int written as text)",
+		protocol.ErrTooLarge, u.op, what, maxPickleIntDigits)
+}
+
+func longName(op byte) string {
+	if op == opLong1 {
+		return "LONG1"
+	}
+	return "LONG4"
+}
+
+// intTooLong reports whether x has more than maxPickleIntDigits decimal
+// digits, as protocol's writers and decoders count them.
+func intTooLong(x *big.Int) bool {
+	// 2**(bits-1) <= |x| < 2**bits, and 0.30102 < log10(2) < 0.30103.
+	switch bits := x.BitLen(); {
+	case (bits-1)*30102 >= maxPickleIntDigits*100000:
+		return true
+	case bits*30103 <= maxPickleIntDigits*100000:
+		return false
+	}
+	return x.CmpAbs(pow10IntDigits()) >= 0
+}
+
+// pow10IntDigits is 10**maxPickleIntDigits, the smallest int too long.
+var pow10IntDigits = sync.OnceValue(func() *big.Int {
+	return new(big.Int).Exp(big.NewInt(10), big.NewInt(maxPickleIntDigits), nil)
+})
 
 // intValue is x as protocol carries integers: int64 when it fits.
 func intValue(x *big.Int) any {
@@ -962,7 +1095,7 @@ func (u *unpickler) textInt(op byte) error {
 	}
 	for _, c := range digits {
 		if c < '0' || c > '9' {
-			return u.errorf("invalid integer text %q", l)
+			return u.errorf("invalid integer text %s", quoted(l))
 		}
 	}
 	if n, err := strconv.ParseInt(string(l), 10, 64); err == nil {
@@ -971,7 +1104,7 @@ func (u *unpickler) textInt(op byte) error {
 	}
 	x, ok := new(big.Int).SetString(string(l), 10)
 	if !ok {
-		return u.errorf("invalid integer text %q", l)
+		return u.errorf("invalid integer text %s", quoted(l))
 	}
 	u.push(intValue(x))
 	return nil
@@ -985,11 +1118,11 @@ func (u *unpickler) textFloat() error {
 	}
 	s := string(l)
 	if strings.ContainsAny(s, "xX_pP") {
-		return u.errorf("invalid float text %q", s)
+		return u.errorf("invalid float text %s", quoted(l))
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil && !errors.Is(err, strconv.ErrRange) {
-		return u.errorf("invalid float text %q", s)
+		return u.errorf("invalid float text %s", quoted(l))
 	}
 	if math.IsNaN(f) {
 		// Python's NaN, not Go's (whose payload is 1), signed as written.
@@ -1016,6 +1149,9 @@ func (u *unpickler) setItems(d *pyDict, items []any) error {
 		if err := u.spend(len(k)); err != nil {
 			return err
 		}
+		if err := u.alloc(entryCost); err != nil {
+			return err
+		}
 		d.m[k] = items[i+1]
 	}
 	return nil
@@ -1029,10 +1165,10 @@ func (u *unpickler) key(k any) (string, error) {
 	case int64:
 		return strconv.FormatInt(x, 10), nil
 	case *big.Int:
-		// log10(2) < 0.302: a bound on the digits without converting.
-		if digits := x.BitLen()*302/1000 + 1; digits > maxPickleIntDigits {
-			return "", u.errorf("int dict key over %d digits", maxPickleIntDigits)
-		} else if err := u.spend(digits); err != nil {
+		if intTooLong(x) {
+			return "", u.tooLongInt("int dict key")
+		}
+		if err := u.spend(x.BitLen()/3 + 1); err != nil {
 			return "", err
 		}
 		return x.String(), nil
@@ -1082,6 +1218,9 @@ func (u *unpickler) put(op byte) error {
 	i := int(idx)
 	if i >= len(u.memo) {
 		n := min(max(i+1, 2*len(u.memo)), maxPickleMemo, len(u.data))
+		if err := u.alloc(slotCost * (n - len(u.memo))); err != nil {
+			return err
+		}
 		u.memo = append(u.memo, make([]any, n-len(u.memo))...)
 	}
 	v := u.stack[len(u.stack)-1]
@@ -1128,7 +1267,7 @@ func (u *unpickler) textIndex() (uint64, error) {
 	}
 	n, err := strconv.ParseUint(string(l), 10, 32)
 	if err != nil {
-		return 0, u.errorf("invalid memo index %q", l)
+		return 0, u.errorf("invalid memo index %s", quoted(l))
 	}
 	return n, nil
 }
@@ -1146,7 +1285,7 @@ func (u *unpickler) global(mod, name string) error {
 	}
 	g, ok := lookupGlobal(mod, name)
 	if !ok {
-		return u.unsafe(fmt.Sprintf("global %.200q", mod+"."+name))
+		return u.unsafe("global " + quoted([]byte(mod+"."+name)))
 	}
 	u.push(g)
 	return nil
@@ -1230,7 +1369,7 @@ func (u *unpickler) call(g pyGlobal, args []any) (any, error) {
 		}
 		d, err := protocol.ParseDecimal(s)
 		if err != nil {
-			return nil, u.errorf("decimal.Decimal(%.40q): invalid", s)
+			return nil, u.errorf("decimal.Decimal(%s): invalid", quoted([]byte(s)))
 		}
 		return d, nil
 	case gSet, gFrozenSet:
@@ -1276,7 +1415,10 @@ func (u *unpickler) call(g pyGlobal, args []any) (any, error) {
 		}
 		return u.latin1(args)
 	case gReconstructor:
-		if len(args) == 3 && args[0] == gUUID && args[1] == gObject && args[2] == nil {
+		if len(args) != 3 {
+			return bad()
+		}
+		if args[0] == gUUID && args[1] == gObject && args[2] == nil {
 			return &pyUUID{}, nil
 		}
 		return nil, u.unsafe("copyreg._reconstructor of " + kindOf(args[0]))
@@ -1376,7 +1518,7 @@ func (u *unpickler) uuidState(id *pyUUID, state any) error {
 				return u.errorf("uuid.UUID state: invalid is_safe")
 			}
 		default:
-			return u.errorf("uuid.UUID state: unknown key %.40q", k)
+			return u.errorf("uuid.UUID state: unknown key %s", quoted([]byte(k)))
 		}
 	}
 	if n.Sign() < 0 || n.BitLen() > 128 {
@@ -1417,28 +1559,58 @@ func (u *unpickler) charge(n int) error {
 	return nil
 }
 
+// alloc charges n bytes of memory the decoder is about to allocate.
+func (u *unpickler) alloc(n int) error {
+	u.mem -= n
+	if u.mem < 0 {
+		return fmt.Errorf("%w (at offset %d)", errTooMuchMemory, u.op)
+	}
+	return nil
+}
+
+var errTooMuchMemory = fmt.Errorf("%w: sql backend: pickle: decoding takes over %d MiB of memory",
+	protocol.ErrTooLarge, maxPickleMemory>>20)
+
 var errTooMuchWork = fmt.Errorf("%w: sql backend: pickle: the value expands, or makes the decoder work, beyond %d times the pickle's size",
 	protocol.ErrTooLarge, pickleWorkFactor)
 
 // resolveValue returns the value, its height (levels of containers) and
-// its expanded cost.
+// its expanded cost: the most bytes it takes written out, as repr or as
+// (typed) JSON, with every shared part repeated, so that whatever writes
+// the result has output bounded by the work budget.
 func (u *unpickler) resolveValue(v any, depth int) (any, int, int, error) {
-	cost := 1
+	var cost int
 	switch x := v.(type) {
-	case string:
-		cost += len(x)
-	case []byte:
-		cost += len(x)
+	case nil:
+		cost = len("None")
+	case bool:
+		cost = len("False")
+	case int64:
+		cost = len("-9223372036854775808")
+	case float64:
+		cost = len("-2.2250738585072014e-308")
 	case *big.Int:
-		cost += len(x.Bits()) * 8
-	case nil, bool, int64, float64, time.Time, protocol.Date, protocol.TimeOfDay:
+		cost = x.BitLen()/3 + 2 // log10(2) < 1/3
+	case string:
+		cost = writtenStrSize(x)
+	case []byte:
+		// repr writes \xhh for a byte; typed JSON base64 or escaped text
+		// in an envelope.
+		cost = 4*len(x) + envelopeSize
+	case time.Time:
+		// datetime.datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=datetime.timezone(
+		// datetime.timedelta(days=-1, seconds=82800))), or its envelope.
+		cost = 112
+	case protocol.Date, protocol.TimeOfDay:
+		cost = 64
 	case protocol.Decimal:
-		cost += len(x)
+		cost = len(x) + envelopeSize
 	case *pyUUID:
 		if !x.built {
 			return nil, 0, 0, errors.New("sql backend: pickle: a uuid.UUID without its state")
 		}
 		v = x.u
+		cost = 80 // {"__type__": "uuid", "__value__": {"hex": "..."}}
 	case *pyList, *pyTuple, *pySet, *pyDict:
 		return u.resolveContainer(v, depth)
 	default:
@@ -1448,6 +1620,39 @@ func (u *unpickler) resolveValue(v any, depth int) (any, int, int, error) {
 		return nil, 0, 0, err
 	}
 	return v, 0, cost, nil
+}
+
+// envelopeSize is what a kombu typed envelope adds to a value's text:
+// {"__type__": "datetime", "__value__": "..."}.
+const envelopeSize = 48
+
+// writtenStrSize is the length of s as JSON with ensure_ascii, which is
+// at least its repr's: \uXXXX for a control or non-ASCII character, a
+// surrogate pair for one beyond U+FFFF.
+func writtenStrSize(s string) int {
+	n := 2
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c >= utf8.RuneSelf:
+			r, size := utf8.DecodeRuneInString(s[i:])
+			i += size
+			if r >= 0x10000 {
+				n += 12
+			} else {
+				n += 6
+			}
+			continue
+		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f':
+			n += 2
+		case c < 0x20 || c == 0x7f:
+			n += 6
+		default:
+			n++
+		}
+		i++
+	}
+	return n
 }
 
 func (u *unpickler) resolveContainer(v any, depth int) (any, int, int, error) {
@@ -1473,8 +1678,24 @@ func (u *unpickler) resolveContainer(v any, depth int) (any, int, int, error) {
 		u.done = map[any]resolved{}
 	}
 	u.done[v] = resolved{busy: true}
-	height, cost := 0, 1
-	if err := u.charge(1); err != nil {
+	// Brackets, and the memory of the converted container and its entry
+	// in done, charged once since the result shares it.
+	height, cost := 0, 2
+	n := 0
+	switch x := v.(type) {
+	case *pyList:
+		n = slotCost * len(x.items)
+	case *pyTuple:
+		n = slotCost * len(x.items)
+	case *pySet:
+		n = slotCost * len(x.items)
+	case *pyDict:
+		n = entryCost * len(x.m)
+	}
+	if err := u.charge(cost); err != nil {
+		return nil, 0, 0, err
+	}
+	if err := u.alloc(3*objectCost + n); err != nil {
 		return nil, 0, 0, err
 	}
 	var out any
@@ -1485,11 +1706,13 @@ func (u *unpickler) resolveContainer(v any, depth int) (any, int, int, error) {
 			if err != nil {
 				return nil, 0, 0, err
 			}
-			if err := u.charge(len(k)); err != nil {
+			// The key and ": ", ", ".
+			kc := writtenStrSize(k) + 4
+			if err := u.charge(kc); err != nil {
 				return nil, 0, 0, err
 			}
 			m[k] = w
-			height, cost = max(height, h), cost+c+len(k)
+			height, cost = max(height, h), cost+c+kc
 		}
 		out = m
 	} else {
@@ -1508,8 +1731,11 @@ func (u *unpickler) resolveContainer(v any, depth int) (any, int, int, error) {
 			if err != nil {
 				return nil, 0, 0, err
 			}
+			if err := u.charge(2); err != nil { // ", "
+				return nil, 0, 0, err
+			}
 			l[i] = w
-			height, cost = max(height, h), cost+c
+			height, cost = max(height, h), cost+c+2
 		}
 		out = l
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"maps"
 	"math"
@@ -13,6 +14,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -223,6 +225,51 @@ func TestDecodePickleRoundTrip(t *testing.T) {
 	}
 }
 
+// pickleEqual is cmp.Equal(a, b, pickleCmp) in time linear in the
+// values' size.
+func pickleEqual(a, b any) bool {
+	switch x := a.(type) {
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) || (x == nil) != (y == nil) {
+			return false
+		}
+		for i := range x {
+			if !pickleEqual(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) || (x == nil) != (y == nil) {
+			return false
+		}
+		for k, xv := range x {
+			yv, ok := y[k]
+			if !ok || !pickleEqual(xv, yv) {
+				return false
+			}
+		}
+		return true
+	case float64:
+		y, ok := b.(float64)
+		return ok && (x == y && math.Signbit(x) == math.Signbit(y) || math.IsNaN(x) && math.IsNaN(y))
+	case *big.Int:
+		y, ok := b.(*big.Int)
+		return ok && x.Cmp(y) == 0
+	case time.Time:
+		y, ok := b.(time.Time)
+		_, ox := x.Zone()
+		_, oy := y.Zone()
+		return ok && x.Equal(y) && ox == oy
+	case []byte:
+		y, ok := b.([]byte)
+		return ok && bytes.Equal(x, y) && (x == nil) == (y == nil)
+	}
+	return cmp.Equal(a, b, pickleCmp)
+}
+
 // nestedLists is a pickle of n lists, each inside the one before.
 func nestedLists(n int) []byte {
 	p := []byte{opProto, 2}
@@ -388,7 +435,11 @@ func FuzzDecodePickle(f *testing.F) {
 	}
 	f.Add(sharedDoubling(8))
 	f.Add(nestedLists(20))
+	for _, p := range hostileSeeds() {
+		f.Add(p)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		defer watchdog(t, data)()
 		v, err := DecodePickle(data)
 		if err != nil {
 			if v != nil {
@@ -400,12 +451,53 @@ func FuzzDecodePickle(f *testing.F) {
 		if err != nil {
 			t.Fatalf("EncodePickle(DecodePickle(%x)): %v", data, err)
 		}
+		if len(p) > writtenBound(data) {
+			t.Fatalf("a pickle of %d bytes encodes again to %d, over %d", len(data), len(p), writtenBound(data))
+		}
 		w, err := DecodePickle(p)
 		if err != nil {
 			t.Fatalf("DecodePickle(EncodePickle(%#v)): %v", v, err)
 		}
-		if diff := cmp.Diff(decodedForm(v), w, pickleCmp); diff != "" {
-			t.Fatalf("decode, encode, decode mismatch (-first +second):\n%s", diff)
+		// cmp.Diff only to show a mismatch: it takes seconds and hundreds
+		// of MiB on 20 nested lists.
+		if want := decodedForm(v); !pickleEqual(want, w) {
+			t.Fatalf("decode, encode, decode mismatch (-first +second):\n%s", cmp.Diff(want, w, pickleCmp))
 		}
+		checkWrittenBound(t, data, v)
 	})
+}
+
+// Watchdog limits of one FuzzDecodePickle input: decoding, encoding again
+// and writing the value out.
+const (
+	fuzzMaxAlloc = 64 << 20
+	fuzzMaxTime  = time.Second
+	// fuzzMaxTimeSeeds is the limit when the seeds run as a plain test
+	// (go test, -race, a busy machine): it catches a hang, not a slow
+	// input, which fuzzing itself catches.
+	fuzzMaxTimeSeeds = 60 * time.Second
+)
+
+// watchdog fails a fuzz input that takes over fuzzMaxTime or allocates
+// over fuzzMaxAlloc; call the function it returns when the input is done.
+// The timer panics, since a runaway decode never returns to fail the test
+// (the fuzzer records the input that crashed the worker).
+func watchdog(t *testing.T, data []byte) func() {
+	limit := fuzzMaxTimeSeeds
+	if fl := flag.Lookup("test.fuzz"); fl != nil && fl.Value.String() != "" {
+		limit = fuzzMaxTime
+	}
+	timer := time.AfterFunc(limit, func() {
+		panic(fmt.Sprintf("FuzzDecodePickle: an input of %d bytes ran over %v: %.64x", len(data), limit, data))
+	})
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	return func() {
+		timer.Stop()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		if n := after.TotalAlloc - before.TotalAlloc; n > fuzzMaxAlloc {
+			t.Errorf("an input of %d bytes (%.64x) allocated %d MiB, over %d MiB", len(data), data, n>>20, fuzzMaxAlloc>>20)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package sql
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,9 +32,11 @@ const (
 // notifying turns a store's upsert into one statement that also notifies
 // channel with the task id, when the upsert wrote a row: the notification
 // is sent at commit, with the row, and not at all when the upsert left a
-// stored SUCCESS alone.
-func notifying(upsert, channel string) string {
-	return "WITH w AS (" + upsert + " RETURNING t.task_id) SELECT pg_notify(" + quoteLiteral(channel) + ", task_id) FROM w"
+// stored SUCCESS alone. The channel is a bind parameter, never quoted
+// into the text (quoting by hand depends on standard_conforming_strings).
+func notifying(upsert string, args []any, channel string) (string, []any) {
+	args = append(args, channel)
+	return fmt.Sprintf("WITH w AS (%s RETURNING t.task_id) SELECT pg_notify($%d, task_id) FROM w", upsert, len(args)), args
 }
 
 // Wait blocks until the task reaches a ready state (SUCCESS, FAILURE or
