@@ -18,11 +18,17 @@ import (
 // TestStampedSignatureMessage: the next step of a stamped chain, built from
 // the signature a real Celery 5.5.2 client embedded, carries the stamps in
 // its headers exactly as the 5.5.2 worker published them (golden captures
-// in protocol/testdata/golden/celery55).
+// in protocol/testdata/golden/celery55; the same for 5.6.3 in celery56).
 func TestStampedSignatureMessage(t *testing.T) {
+	for _, dir := range []string{"celery55", "celery56"} {
+		t.Run(dir, func(t *testing.T) { testStampedSignatureMessage(t, dir) })
+	}
+}
+
+func testStampedSignatureMessage(t *testing.T, dir string) {
 	load := func(name string) *protocol.TaskMessage {
 		t.Helper()
-		data, err := os.ReadFile("../protocol/testdata/golden/celery55/" + name)
+		data, err := os.ReadFile("../protocol/testdata/golden/" + dir + "/" + name)
 		if err != nil {
 			t.Fatal(err)
 		}

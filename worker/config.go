@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -112,6 +113,13 @@ type Config struct {
 	// Celery) or transport.Topic, which Celery 5.5's native delayed delivery
 	// on quorum queues needs (see transport/amqp.Config.DelayedDelivery).
 	ExchangeType string
+	// ExchangeTypes overrides ExchangeType per queue name. Celery gives
+	// its default queue task_default_exchange_type but a queue it creates
+	// because -Q names it a direct exchange (Celery 5.6:
+	// task_create_missing_queue_exchange_type): a worker sharing such a
+	// queue with Python workers must declare what they declare, or the
+	// second declaration fails with PRECONDITION_FAILED.
+	ExchangeTypes map[string]string
 	// Routes maps task names to queues for tasks the worker publishes (chain
 	// steps, callbacks, errbacks, chord bodies) without an explicit queue,
 	// like Celery's task_routes. A Go worker cannot read the Python app's
@@ -147,6 +155,21 @@ type Config struct {
 	// for their task id. Negative values are configuration errors.
 	MaxMessageSize  int
 	MaxNestingDepth int
+	// ConsumerWatchdog is how long the worker tolerates receiving nothing
+	// while a queue it consumes has ready messages at the broker and the
+	// worker has room for them (a free slot and a prefetch window not
+	// full). Then the consumer is rebuilt: a new one is started, the stalled
+	// one stopped (what it already handed out still runs and settles), the
+	// restart logged and counted (ConsumerObserver) and reported by
+	// ConsumerHealth meanwhile. A prefetch full of ETA tasks, rate-limited
+	// tasks, busy slots, a queue cancelled with cancel_consumer and an empty
+	// queue are not stalls. Each restart that brings nothing doubles the
+	// wait before the next (up to 16 times), so a consumer the broker
+	// legitimately starves (a single-active-consumer standby) costs rare
+	// restarts only. Default 60 s; negative disables it. It needs a
+	// transport that counts ready messages (transport.Admin: every adapter
+	// of this module).
+	ConsumerWatchdog time.Duration
 
 	// Monitoring, remote control and tracing.
 
@@ -154,6 +177,17 @@ type Config struct {
 	// worker-heartbeat every HeartbeatInterval, worker-offline) that Celery
 	// sends by default.
 	WithoutHeartbeat bool
+	// AutoscaleMax, when positive, makes the pool autoscale as Celery's
+	// --autoscale=MAX,MIN does: it starts at AutoscaleMin slots (at least
+	// one), grows towards AutoscaleMax while tasks are waiting, and shrinks
+	// back towards AutoscaleMin once AutoscaleKeepalive (default 30 s,
+	// Celery's AUTOSCALE_KEEPALIVE) has passed since it last grew.
+	// Concurrency is then ignored; the prefetch is AutoscaleMax ×
+	// PrefetchMultiplier, as Celery's. Remote control autoscale changes
+	// both bounds and inspect stats shows them.
+	AutoscaleMax, AutoscaleMin int
+	AutoscaleKeepalive         time.Duration
+
 	// HeartbeatInterval is Celery's --heartbeat-interval. Default 2 s.
 	HeartbeatInterval time.Duration
 	// WithoutControl disables remote control (celery inspect / control).
@@ -183,6 +217,7 @@ const (
 	defaultPrefetchMult    = 4
 	defaultETATaskLimit    = 10000
 	defaultShutdownTimeout = 30 * time.Second
+	defaultWatchdog        = 60 * time.Second
 )
 
 // withDefaults returns a copy of c with defaults applied.
@@ -195,6 +230,9 @@ func (c Config) withDefaults() Config {
 		c.Queues = []string{q}
 	} else {
 		c.Queues = append([]string(nil), c.Queues...)
+	}
+	if c.AutoscaleMax > 0 {
+		c.Concurrency = max(c.AutoscaleMin, 1)
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = runtime.NumCPU()
@@ -211,6 +249,9 @@ func (c Config) withDefaults() Config {
 	c.Hostname = expandHostname(c.Hostname)
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = defaultShutdownTimeout
+	}
+	if c.ConsumerWatchdog == 0 {
+		c.ConsumerWatchdog = defaultWatchdog
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -237,6 +278,13 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("worker: exchange type %q: want direct or topic", c.ExchangeType))
 	}
+	for q, typ := range c.ExchangeTypes {
+		switch typ {
+		case "", transport.Direct, transport.Topic:
+		default:
+			errs = append(errs, fmt.Errorf("worker: exchange type %q of queue %q: want direct or topic", typ, q))
+		}
+	}
 	switch c.QueueOrder {
 	case QueueOrderArrival, QueueOrderStrict, QueueOrderWeighted:
 	default:
@@ -244,6 +292,9 @@ func (c Config) Validate() error {
 	}
 	if c.TimeLimit < 0 || c.SoftTimeLimit < 0 {
 		errs = append(errs, errors.New("worker: negative time limit"))
+	}
+	if c.AutoscaleMax < 0 || c.AutoscaleMin < 0 || (c.AutoscaleMax > 0 && c.AutoscaleMin > c.AutoscaleMax) {
+		errs = append(errs, fmt.Errorf("worker: autoscale max %d, min %d: want 0 <= min <= max", c.AutoscaleMax, c.AutoscaleMin))
 	}
 	if c.MaxMessageSize < 0 {
 		errs = append(errs, fmt.Errorf("worker: negative MaxMessageSize %d", c.MaxMessageSize))
@@ -259,6 +310,9 @@ func (c Config) prefetch() int {
 		return 0
 	}
 	n := c.Concurrency * c.PrefetchMultiplier
+	if c.AutoscaleMax > 0 {
+		n = c.AutoscaleMax * c.PrefetchMultiplier
+	}
 	if n > 65535 {
 		return 0 // as Celery: above the AMQP field's range means unlimited
 	}
@@ -274,7 +328,7 @@ func (c Config) queues() []transport.Queue {
 }
 
 func (c Config) queue(name string) transport.Queue {
-	q := transport.Queue{Name: name, ExchangeType: c.ExchangeType}
+	q := transport.Queue{Name: name, ExchangeType: cmp.Or(c.ExchangeTypes[name], c.ExchangeType)}
 	args := map[string]any{}
 	for k, v := range c.QueueArguments["*"] {
 		args[k] = v

@@ -334,7 +334,26 @@ func (c *control) dispatch(req controlRequest) (reply any, send bool) {
 		return map[string]any{}, true
 	case "report":
 		return ok(fmt.Sprintf("celeriac %s worker %s", Version, w.cfg.Hostname)), true
-	case "memsample", "memdump", "objgraph", "pool_restart", "autoscale", "election":
+	case "autoscale":
+		maxN, minN := 0, -1 // unchanged
+		if v, ok := publish.ToInt(a["max"]); ok && v > 0 {
+			maxN = v
+		}
+		if v, ok := publish.ToInt(a["min"]); ok && v >= 0 {
+			minN = v
+		}
+		r, _ := w.inLoop(func(l *loop) any {
+			mx, mn, on := l.updateAutoscale(maxN, minN)
+			if !on {
+				return nil
+			}
+			return [2]int{mx, mn}
+		}).([2]int)
+		if r == [2]int{} {
+			return map[string]any{"error": "ValueError('Autoscale not enabled')"}, true
+		}
+		return ok(fmt.Sprintf("autoscale now max=%d min=%d", r[0], r[1])), true
+	case "memsample", "memdump", "objgraph", "pool_restart", "election":
 		return nok("not supported by celeriac"), true
 	}
 	return map[string]any{"error": fmt.Sprintf("KeyError(%s)", protocol.Repr(req.method))}, true
@@ -488,7 +507,7 @@ func (w *Worker) stats() map[string]any {
 	w.mu.Unlock()
 	conc := w.concurrency()
 	prefetch := w.inLoop(func(l *loop) any { return int64(l.prefetchSet) })
-	return map[string]any{
+	st := map[string]any{
 		"total":  total,
 		"pid":    int64(os.Getpid()),
 		"clock":  fmt.Sprint(w.clock.Value()),
@@ -524,6 +543,10 @@ func (w *Worker) stats() map[string]any {
 		"sw_ident": "celeriac",
 		"sw_ver":   Version,
 	}
+	if as, _ := w.inLoop(func(l *loop) any { return l.autoscaleInfo() }).(map[string]any); as != nil {
+		st["autoscaler"] = as
+	}
+	return st
 }
 
 // transportName names a transport as kombu's stats do ("redis", "amqp"):

@@ -107,6 +107,26 @@ func (m *Mux) Names() []string {
 	return names
 }
 
+// Options returns a copy of the options registered for the task name,
+// and false when no task has that name.
+func (m *Mux) Options(name string) (TaskOptions, bool) { return m.options(name) }
+
+// Configure applies opts over the options registered for the task name,
+// as if they had been passed to [Mux.Handle] last: a command line adds
+// rate limits to tasks registered in code. It fails for an unknown task or
+// options that do not parse. Call it before the worker starts.
+func (m *Mux) Configure(name string, opts ...TaskOption) error {
+	found, err := m.setOptions(name, func(o *TaskOptions) {
+		for _, opt := range opts {
+			opt(o)
+		}
+	})
+	if !found {
+		return fmt.Errorf("no task %q", name)
+	}
+	return err
+}
+
 // lookup returns the handler for name with middleware applied and a copy
 // of its options.
 func (m *Mux) lookup(name string) (Handler, TaskOptions, bool) {

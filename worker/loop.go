@@ -45,8 +45,13 @@ const (
 // loop is the worker's single-threaded event loop: it owns the ready queue,
 // the ETA heap and the concurrency count, so none of them needs a lock.
 type loop struct {
-	w        *Worker
-	cons     transport.Consumer
+	w          *Worker
+	cons       transport.Consumer
+	deliveries <-chan *transport.Delivery // cons's
+	// drained carries what consumers replaced by the watchdog still
+	// deliver (retire).
+	drained  chan *transport.Delivery
+	wd       watchdog
 	queueIdx map[string]int
 
 	held    etaHeap
@@ -63,6 +68,7 @@ type loop struct {
 	idle        []*slot // those waiting for a task
 	poolWG      sync.WaitGroup
 	concurrency int
+	auto        *autoscaler // nil unless Config.AutoscaleMax
 	timer       *time.Timer
 	// tasks counts running tasks and background settle work.
 	tasks tally
@@ -81,9 +87,12 @@ func newLoop(w *Worker, cons transport.Consumer) *loop {
 	l := &loop{
 		w:           w,
 		cons:        cons,
+		deliveries:  cons.Deliveries(),
+		drained:     make(chan *transport.Delivery),
 		queueIdx:    make(map[string]int, len(w.cfg.Queues)),
 		slotDone:    make(chan *slot),
 		concurrency: w.cfg.Concurrency,
+		auto:        newAutoscaler(w.cfg),
 		prefetch:    w.cfg.prefetch(),
 		prefetchSet: w.cfg.prefetch(),
 		calls:       make(chan func()),
@@ -98,13 +107,20 @@ func newLoop(w *Worker, cons transport.Consumer) *loop {
 }
 
 func (l *loop) run(ctx context.Context) error {
-	deliveries := l.cons.Deliveries()
 	var consumeErr error
+	l.startWatchdog(time.Now())
+	if l.auto != nil {
+		defer func() {
+			if l.auto.ticker != nil {
+				l.auto.ticker.Stop()
+			}
+		}()
+	}
 	for {
 		l.dispatch()
 		l.applyPrefetch(ctx)
 		select {
-		case d, ok := <-deliveries:
+		case d, ok := <-l.deliveries:
 			if !ok {
 				consumeErr = l.cons.Err()
 				if consumeErr == nil {
@@ -113,7 +129,17 @@ func (l *loop) run(ctx context.Context) error {
 				l.w.log.Error("consumer closed; shutting down", zap.Error(consumeErr))
 				return errors.Join(consumeErr, l.shutdown(false))
 			}
+			l.progressed(time.Now())
 			l.receive(ctx, d)
+			l.maybeScale(time.Now())
+		case d := <-l.drained:
+			l.progressed(time.Now())
+			l.receive(ctx, d)
+			l.maybeScale(time.Now())
+		case now := <-l.watchdogC():
+			l.checkProgress(now)
+		case now := <-l.autoscaleTick():
+			l.maybeScale(now)
 		case <-l.timerC():
 			l.timer = nil
 			l.promote(time.Now())
@@ -311,6 +337,13 @@ func (l *loop) promote(now time.Time) {
 // task, up to ETATaskLimit.
 func (l *loop) wantPrefetch() {
 	base := l.w.cfg.prefetch()
+	if l.auto != nil && base > 0 {
+		// control autoscale moves the max, and the prefetch with it.
+		base = l.auto.max * l.w.cfg.PrefetchMultiplier
+		if base > 65535 {
+			base = 0
+		}
+	}
 	if base == 0 {
 		return
 	}

@@ -55,6 +55,14 @@ type LossObserver interface {
 	ResultLost(state protocol.State)
 }
 
+// ConsumerObserver is an optional extension of Observer: an Observer that
+// also implements it is told of every consumer the watchdog rebuilt (see
+// Config.ConsumerWatchdog), with the reason ("no-progress"); worker/prommetrics
+// exports it as celeriac_consumer_restarts_total.
+type ConsumerObserver interface {
+	ConsumerRestarted(reason string)
+}
+
 func (w *Worker) resultLost(state protocol.State) {
 	if lo, ok := w.cfg.Observer.(LossObserver); ok {
 		lo.ResultLost(state)

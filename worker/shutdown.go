@@ -18,6 +18,7 @@ func (l *loop) shutdown(cold bool) error {
 	// as their current task ends, and Run waits for them unless it gave up
 	// on a task (whose slot ends when its handler returns).
 	defer l.closePool()
+	l.stopWatchdog()
 	w := l.w
 	w.log.Info("worker shutting down", zap.Bool("cold", cold), zap.Int("running", l.running),
 		zap.Int("held", len(l.held)), zap.Int("ready", l.ready.len()))

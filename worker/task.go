@@ -66,9 +66,21 @@ func (t *Task) Bind(dst ...any) error {
 	return nil
 }
 
-// BindKwargs binds the keyword arguments into the struct or map dst points to.
+// BindKwargs binds the keyword arguments into the struct or map dst points
+// to; keywords no field takes are ignored, missing ones leave their field
+// as it is unless tagged required. Errors name the keyword as
+// "kwargs.<name>".
 func (t *Task) BindKwargs(dst any) error {
-	if err := protocol.Bind(t.Kwargs, dst); err != nil {
+	if err := protocol.BindKwargs(t.Kwargs, dst); err != nil {
+		return &bindError{err: err}
+	}
+	return nil
+}
+
+// BindKwargsStrict binds the keyword arguments as Python calls a function:
+// see protocol.BindKwargsStrict. FuncKwargs binds this way.
+func (t *Task) BindKwargsStrict(dst any) error {
+	if err := protocol.BindKwargsStrict(t.Kwargs, dst); err != nil {
 		return &bindError{err: err}
 	}
 	return nil

@@ -30,7 +30,7 @@ import (
 //     Python instrumentation sets, an exception event and status Error on
 //     failure, and celery.retry.reason on a retry.
 //
-// The README's "Tracing" section lists the names and where each comes from.
+// docs/tracing.md lists the names and where each comes from.
 
 // Span attribute keys, as the Python instrumentation names them.
 const (

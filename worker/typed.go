@@ -52,8 +52,11 @@ func Func(m *Mux, name string, f any, opts ...TaskOption) {
 
 // FuncKwargs registers a function whose task is called with keyword
 // arguments (Python's add.delay(a=2, b=3)), bound into a struct with the
-// rules of Task.BindKwargs (fields named by `celery:"name"` or `json:"name"`
-// tags; `celery:"name,required"` must be present):
+// rules of Task.BindKwargsStrict, which are Python's: fields are named by
+// `celery:"name"` or `json:"name"` tags; a keyword no field takes and a
+// missing one fail with TypeError, unless the field is optional
+// (`celery:",optional"`, `json:",omitempty"` or a pointer). A handler that
+// wants to ignore unknown keywords binds with Task.BindKwargs itself.
 //
 //	type addArgs struct{ A, B int `celery:",required"` }
 //	worker.FuncKwargs(mux, "tasks.add", func(ctx context.Context, a addArgs) (int, error) {
@@ -70,7 +73,7 @@ func FuncKwargs[K any, R any](m *Mux, name string, f func(context.Context, K) (R
 			return nil, &bindError{err: fmt.Errorf("protocol: got %d positional arguments; this task takes keyword arguments only", len(t.Args))}
 		}
 		var k K
-		if err := t.BindKwargs(&k); err != nil {
+		if err := t.BindKwargsStrict(&k); err != nil {
 			return nil, err
 		}
 		return f(ctx, k)

@@ -107,3 +107,46 @@ func ExampleFunc() {
 	<-done
 	// Output: SUCCESS 5
 }
+
+// transferArgs is shared by the caller (client.Typed) and the task
+// (worker.FuncKwargs): celery tags name the keywords on both sides.
+type transferArgs struct {
+	Amount int    `celery:"amount,required" json:"amt"`
+	Note   string `celery:"note,optional"`
+}
+
+// TestFuncKwargsStrict: keyword binding follows Python's call rules (an
+// unexpected or missing keyword is a TypeError naming kwargs.<name>), and a
+// struct shared with client.Typed round-trips through its celery tags.
+func TestFuncKwargsStrict(t *testing.T) {
+	h := newHarness(t, worker.Config{})
+	worker.FuncKwargs(h.mux, "tasks.transfer", func(ctx context.Context, a transferArgs) (string, error) {
+		return fmt.Sprint(a.Amount, a.Note), nil
+	})
+	h.start()
+	for _, tc := range []struct {
+		kwargs map[string]any
+		state  protocol.State
+		want   string
+	}{
+		{map[string]any{"amount": int64(5), "note": "x"}, protocol.StateSuccess, "5x"},
+		{map[string]any{"amount": int64(5)}, protocol.StateSuccess, "5"},
+		{map[string]any{"amount": int64(5), "extra": int64(1)}, protocol.StateFailure, "TypeError [protocol: kwargs.extra: unexpected keyword argument]"},
+		{map[string]any{"note": "x"}, protocol.StateFailure, "TypeError [protocol: kwargs.amount: required but missing]"},
+		{map[string]any{"amount": "x"}, protocol.StateFailure, "TypeError [protocol: kwargs.amount: cannot bind"},
+	} {
+		m := h.wait(h.send("tasks.transfer", nil, tc.kwargs))
+		got := fmt.Sprint(m.Result)
+		if ex, ok := m.Result.(*protocol.ExceptionInfo); ok {
+			got = ex.Type + " " + fmt.Sprint(ex.Message)
+		}
+		if m.Status != tc.state || !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%v: %s %s, want %s %s", tc.kwargs, m.Status, got, tc.state, tc.want)
+		}
+	}
+	c := client.New(h.tr, client.Config{Backend: h.be, DefaultQueue: "q"})
+	r, err := client.NewTyped[transferArgs, string](c, "tasks.transfer").Call(context.Background(), transferArgs{Amount: 7})
+	if err != nil || r != "7" {
+		t.Fatalf("typed transfer = %q, %v; want 7", r, err)
+	}
+}

@@ -46,9 +46,12 @@ type Worker struct {
 	clock    *clock
 	events   *events
 	revoked  *revokedSet
-	bg       sync.WaitGroup // control and event goroutines
+	bg       sync.WaitGroup // control, event and watchdog goroutines
 	shutdown chan struct{}  // remote shutdown request
 	shutOnce sync.Once
+	// consumerErr is set while the watchdog rebuilds a stalled consumer
+	// (ConsumerHealth).
+	consumerErr atomic.Pointer[error]
 
 	// stats
 	processed atomic.Int64
@@ -185,10 +188,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.startedAt = time.Now()
 	w.settleBase, w.abortSettle = context.WithCancel(context.WithoutCancel(w.cfg.BaseContext()))
 	defer w.abortSettle()
-	// Strict and weighted order choose among the queues, so what the worker
-	// holds must follow what it takes, not the broker's refill order.
-	perQueue := w.cfg.QueueOrder == QueueOrderStrict || w.cfg.QueueOrder == QueueOrderWeighted
-	cons, err := w.tr.Consume(ctx, w.cfg.queues(), transport.ConsumeOptions{Prefetch: w.cfg.prefetch(), PerQueuePrefetch: perQueue})
+	cons, err := w.tr.Consume(ctx, w.cfg.queues(), transport.ConsumeOptions{Prefetch: w.cfg.prefetch(), PerQueuePrefetch: w.perQueue()})
 	if err != nil {
 		return fmt.Errorf("worker: consume %v: %w", w.cfg.Queues, err)
 	}
@@ -218,6 +218,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.cur = nil
 	w.mu.Unlock()
 	return err
+}
+
+// perQueue says whether the prefetch window applies per queue: strict and
+// weighted order choose among the queues, so what the worker holds must
+// follow what it takes, not the broker's refill order.
+func (w *Worker) perQueue() bool {
+	return w.cfg.QueueOrder == QueueOrderStrict || w.cfg.QueueOrder == QueueOrderWeighted
 }
 
 func taskFields(m *protocol.TaskMessage, d *transport.Delivery) []zap.Field {

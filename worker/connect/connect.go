@@ -40,7 +40,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -126,15 +125,17 @@ type Options struct {
 	// ';'-separated AMQP URLs: "round-robin" (the default) or "shuffle"
 	// (see transport/amqp.Config.FailoverStrategy).
 	FailoverStrategy string
-	// MasterName and SentinelPassword are the Sentinel settings of a
-	// sentinel:// broker (broker_transport_options master_name, and the
-	// password of sentinel_kwargs); BackendMasterName and
-	// BackendSentinelPassword those of a sentinel:// result backend
-	// (result_backend_transport_options). The rate limiter of a
-	// sentinel:// RateLimitURL uses the backend's, else the broker's.
+	// MasterName, SentinelUsername and SentinelPassword are the Sentinel
+	// settings of a sentinel:// broker (broker_transport_options
+	// master_name, and the username and password of sentinel_kwargs, for
+	// Sentinels with ACL users); the Backend ones those of a sentinel://
+	// result backend (result_backend_transport_options). The rate limiter
+	// of a sentinel:// RateLimitURL uses the backend's, else the broker's.
 	MasterName              string
+	SentinelUsername        string
 	SentinelPassword        string
 	BackendMasterName       string
+	BackendSentinelUsername string
 	BackendSentinelPassword string
 	// WaitReplicas, when positive, makes Redis acks, publishes and result
 	// writes wait (WAIT) until that many replicas have them, for up to
@@ -269,12 +270,12 @@ func openRateLimiter(ctx context.Context, o Options, c *Conn) error {
 		if err != nil {
 			return fmt.Errorf("connect: rate limit URL %s: %w", Redact(raw), err)
 		}
-		master, sentinelPw := o.BackendMasterName, o.BackendSentinelPassword
+		master, sentinelUser, sentinelPw := o.BackendMasterName, o.BackendSentinelUsername, o.BackendSentinelPassword
 		if master == "" {
-			master, sentinelPw = o.MasterName, o.SentinelPassword
+			master, sentinelUser, sentinelPw = o.MasterName, o.SentinelUsername, o.SentinelPassword
 		}
 		be, err := redisbackend.New(redisbackend.Config{URL: raw, TLSConfig: tlsConf, Logger: o.Logger,
-			MasterName: master, SentinelPassword: sentinelPw})
+			MasterName: master, SentinelUsername: sentinelUser, SentinelPassword: sentinelPw})
 		if err != nil {
 			return fmt.Errorf("connect: rate limit URL %s: %w", Redact(raw), err)
 		}
@@ -357,7 +358,7 @@ func openBroker(ctx context.Context, o Options) (transport.Transport, string, er
 			URL: raw, TLSConfig: tlsConf, ClientName: o.ConnectionName, Logger: o.Logger,
 			VisibilityTimeout: o.VisibilityTimeout, GlobalKeyPrefix: o.GlobalKeyPrefix,
 			QueueOrderStrategy: o.QueueOrderStrategy,
-			MasterName:         o.MasterName, SentinelPassword: o.SentinelPassword,
+			MasterName:         o.MasterName, SentinelUsername: o.SentinelUsername, SentinelPassword: o.SentinelPassword,
 			WaitReplicas: o.WaitReplicas, WaitTimeout: o.WaitTimeout,
 		})
 		if err != nil {
@@ -399,7 +400,7 @@ func openBackend(ctx context.Context, o Options, tr transport.Transport) (backen
 		be, err := redisbackend.New(redisbackend.Config{
 			URL: raw, TLSConfig: tlsConf, ResultExpires: o.ResultExpires,
 			Serializer: serializer, Logger: o.Logger,
-			MasterName: o.BackendMasterName, SentinelPassword: o.BackendSentinelPassword,
+			MasterName: o.BackendMasterName, SentinelUsername: o.BackendSentinelUsername, SentinelPassword: o.BackendSentinelPassword,
 			WaitReplicas: o.WaitReplicas, WaitTimeout: o.WaitTimeout,
 		})
 		if err != nil {
@@ -440,46 +441,6 @@ func openSQLBackend(ctx context.Context, o Options, raw, serializer string) (bac
 		return nil, fmt.Errorf("connect: result backend %s: %w", Redact(cfg.URL), err)
 	}
 	return be, nil
-}
-
-// Redact hides the password of every URL in raw (';'-separated), so that
-// URLs can be logged: amqp://guest:***@host//.
-func Redact(raw string) string {
-	parts := strings.Split(raw, ";")
-	for i, p := range parts {
-		u, err := url.Parse(strings.TrimSpace(p))
-		if err != nil {
-			parts[i] = "<unparsable url>"
-			continue
-		}
-		// A URL without a password is left as written: u.String() would
-		// turn memory:// into memory: in the logs.
-		changed := false
-		var leak, safe string
-		if u.User != nil {
-			if pw, has := u.User.Password(); has {
-				leak = url.UserPassword(u.User.Username(), pw).String() + "@"
-				safe = url.UserPassword(u.User.Username(), "xxx").String() + "@"
-				u.User = url.UserPassword(u.User.Username(), "xxx")
-				changed = true
-			}
-		}
-		// libpq and pgx also take the password as a query parameter.
-		if q, err := url.ParseQuery(u.RawQuery); err == nil && q.Has("password") {
-			q.Set("password", "xxx")
-			u.RawQuery = q.Encode()
-			changed = true
-		}
-		if changed {
-			parts[i] = u.String()
-			if leak != "" {
-				// The credentials may be written again in the query or the
-				// fragment (found by FuzzRedact): hide every copy.
-				parts[i] = strings.ReplaceAll(parts[i], leak, safe)
-			}
-		}
-	}
-	return strings.Join(parts, ";")
 }
 
 // delayedMode reads Options.DelayedDelivery.

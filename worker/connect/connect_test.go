@@ -8,7 +8,7 @@ import (
 	"github.com/celeriac/celeriac/worker/connect"
 )
 
-// The idempotency tests' Redis database (see README, Testing).
+// The idempotency tests' Redis database (see docs/testing.md).
 const idemDB = 7
 
 func TestOpenIdempotencyStore(t *testing.T) {

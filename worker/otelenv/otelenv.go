@@ -3,13 +3,18 @@
 // client.Config.TracerProvider, the way an OpenTelemetry SDK is
 // configured in any language:
 //
-//   - tracing is on when OTEL_TRACES_EXPORTER is "otlp", or when it is unset
-//     and an OTLP endpoint is (OTEL_EXPORTER_OTLP_ENDPOINT or
+//   - tracing is on when the list OTEL_TRACES_EXPORTER names "otlp"
+//     ("otlp,console" too: exporters this package does not offer are
+//     warned about and ignored, as the specification says), or when it is
+//     unset and an OTLP endpoint is (OTEL_EXPORTER_OTLP_ENDPOINT or
 //     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT); OTEL_SDK_DISABLED=true or
 //     OTEL_TRACES_EXPORTER=none turns it off;
 //   - OTEL_EXPORTER_OTLP_PROTOCOL (or ..._TRACES_PROTOCOL) picks the
 //     exporter: "grpc", or "http/protobuf" (the default, as the
-//     specification says);
+//     specification says); another value (http/json) is warned about and
+//     the default used;
+//   - Propagator reads OTEL_PROPAGATORS (tracecontext, baggage, b3,
+//     b3multi, jaeger, xray, ottrace, none);
 //   - the exporters read their own settings (endpoint, headers, timeout,
 //     TLS) and the SDK reads OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG,
 //     OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and OTEL_BSP_*.
@@ -23,9 +28,12 @@ import (
 	"os"
 	"strings"
 
+	"go.opentelemetry.io/contrib/propagators/autoprop"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
@@ -39,14 +47,41 @@ func Enabled(getenv func(string) string) bool {
 	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
 		return false
 	}
-	switch exp := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER"))); exp {
-	case "otlp":
-		return true
-	case "":
+	otlp, _, set := exporters(getenv("OTEL_TRACES_EXPORTER"))
+	if !set {
 		return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
-	default:
-		return false // "none", or an exporter this package does not offer
 	}
+	return otlp
+}
+
+// exporters reads the comma-separated OTEL_TRACES_EXPORTER: whether it
+// names otlp (and not none), the names this package does not offer, and
+// whether it is set at all.
+func exporters(v string) (otlp bool, unknown []string, set bool) {
+	none := false
+	for _, e := range strings.Split(v, ",") {
+		switch e = strings.ToLower(strings.TrimSpace(e)); e {
+		case "":
+		case "otlp":
+			otlp, set = true, true
+		case "none":
+			none, set = true, true
+		default:
+			unknown, set = append(unknown, e), true
+		}
+	}
+	// "none" wins over everything else in the list, as the specification's
+	// "no automatically configured exporter" says.
+	return otlp && !none, unknown, set
+}
+
+// Propagator returns the propagator OTEL_PROPAGATORS asks for (the W3C
+// trace context plus baggage when it is unset; a no-op one for "none"),
+// for worker.Config.Propagator and client.Config.Propagator. An unknown
+// name is warned about (otel.Handle) and the default used, as the
+// specification says.
+func Propagator() propagation.TextMapPropagator {
+	return autoprop.NewTextMapPropagator()
 }
 
 // New returns a TracerProvider exporting over OTLP as the environment says,
@@ -67,13 +102,20 @@ func New(ctx context.Context, defaultService string) (*sdktrace.TracerProvider, 
 		exp sdktrace.SpanExporter
 		err error
 	)
+	if _, unknown, _ := exporters(os.Getenv("OTEL_TRACES_EXPORTER")); len(unknown) > 0 {
+		otel.Handle(fmt.Errorf("otelenv: OTEL_TRACES_EXPORTER: ignoring %s: only otlp is offered", strings.Join(unknown, ", ")))
+	}
 	switch strings.ToLower(strings.TrimSpace(proto)) {
-	case "", "http/protobuf":
-		exp, err = otlptracehttp.New(ctx)
 	case "grpc":
 		exp, err = otlptracegrpc.New(ctx)
+	case "", "http/protobuf":
+		exp, err = otlptracehttp.New(ctx)
 	default:
-		return nil, fmt.Errorf("otelenv: OTEL_EXPORTER_OTLP_PROTOCOL %q: want grpc or http/protobuf", proto)
+		// The specification: an unrecognised enum value is warned about and
+		// ignored, so the default protocol is used rather than refusing to
+		// start.
+		otel.Handle(fmt.Errorf("otelenv: OTEL_EXPORTER_OTLP_PROTOCOL %q is not offered (grpc, http/protobuf): using http/protobuf", proto))
+		exp, err = otlptracehttp.New(ctx)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("otelenv: OTLP exporter: %w", err)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +32,11 @@ func TestEnabled(t *testing.T) {
 		{map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, false},
 		{map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, false},
 		{map[string]string{"OTEL_SDK_DISABLED": "false", "OTEL_TRACES_EXPORTER": "otlp"}, true},
+		// A list, as the specification allows: console is not offered, otlp is.
+		{map[string]string{"OTEL_TRACES_EXPORTER": "otlp,console"}, true},
+		{map[string]string{"OTEL_TRACES_EXPORTER": "console, otlp"}, true},
+		{map[string]string{"OTEL_TRACES_EXPORTER": "otlp,none"}, false},
+		{map[string]string{"OTEL_TRACES_EXPORTER": ",", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, true},
 	} {
 		if got := otelenv.Enabled(func(k string) string { return tc.env[k] }); got != tc.want {
 			t.Errorf("Enabled(%v) = %v, want %v", tc.env, got, tc.want)
@@ -46,9 +52,47 @@ func TestNewOffWithoutEnvironment(t *testing.T) {
 		t.Fatalf("New = %v, %v; want nil, nil", tp, err)
 	}
 	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
-	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "carrier-pigeon")
-	if _, err := otelenv.New(context.Background(), "x"); err == nil {
-		t.Fatal("an unknown protocol was accepted")
+}
+
+// TestNewUnknownProtocolFallsBack: the specification says an unrecognised
+// OTEL_EXPORTER_OTLP_PROTOCOL (http/json, which this package does not
+// offer) is warned about and the default used, not a failure to start.
+func TestNewUnknownProtocolFallsBack(t *testing.T) {
+	for _, proto := range []string{"http/json", "carrier-pigeon"} {
+		t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+		t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", proto)
+		tp, err := otelenv.New(context.Background(), "x")
+		if err != nil || tp == nil {
+			t.Fatalf("%s: New = %v, %v; want a provider on http/protobuf", proto, tp, err)
+		}
+		_ = tp.Shutdown(context.Background())
+	}
+}
+
+// TestPropagator: OTEL_PROPAGATORS picks the propagator (b3 writes b3
+// headers, none writes nothing); unset is W3C trace context and baggage.
+func TestPropagator(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		want []string
+	}{
+		{"", []string{"baggage", "traceparent", "tracestate"}},
+		{"b3", []string{"b3"}},
+		{"b3multi", []string{"x-b3-traceid", "x-b3-spanid"}},
+		{"none", nil},
+		{"carrier-pigeon", []string{"baggage", "traceparent", "tracestate"}},
+	} {
+		t.Setenv("OTEL_PROPAGATORS", tc.env)
+		got := otelenv.Propagator().Fields()
+		if tc.want == nil && len(got) != 0 {
+			t.Errorf("OTEL_PROPAGATORS=%q: fields %v, want none", tc.env, got)
+		}
+		for _, w := range tc.want {
+			if !slices.Contains(got, w) {
+				t.Errorf("OTEL_PROPAGATORS=%q: fields %v, want %s among them", tc.env, got, w)
+			}
+		}
 	}
 }
 

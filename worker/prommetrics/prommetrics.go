@@ -12,6 +12,7 @@ package prommetrics
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -36,12 +37,15 @@ type Metrics struct {
 	waitSecs *prometheus.HistogramVec
 	rejected *prometheus.CounterVec
 	lost     *prometheus.CounterVec
+	restarts *prometheus.CounterVec
 	gauges   *statsCollector
 }
 
 var (
 	_ worker.Observer     = (*Metrics)(nil)
 	_ worker.LossObserver = (*Metrics)(nil)
+
+	_ worker.ConsumerObserver = (*Metrics)(nil)
 )
 
 // New registers celeriac's metrics on reg (a new registry when nil).
@@ -74,9 +78,12 @@ func New(reg *prometheus.Registry) *Metrics {
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "results_lost_total",
 			Help: "Task states that could not be stored within the settle budget (the result backend stayed down), by state."},
 			[]string{"state"}),
+		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "consumer_restarts_total",
+			Help: "Consumers the watchdog rebuilt because nothing was received while messages were ready and the worker had room, by reason (no-progress)."},
+			[]string{"reason"}),
 		gauges: &statsCollector{},
 	}
-	reg.MustRegister(m.received, m.started, m.finished, m.runtime, m.waits, m.waitSecs, m.rejected, m.lost, m.gauges,
+	reg.MustRegister(m.received, m.started, m.finished, m.runtime, m.waits, m.waitSecs, m.rejected, m.lost, m.restarts, m.gauges,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -167,19 +174,24 @@ func (m *Metrics) MessageRejected(reason string) { m.rejected.WithLabelValues(re
 // ResultLost implements worker.LossObserver.
 func (m *Metrics) ResultLost(state protocol.State) { m.lost.WithLabelValues(string(state)).Inc() }
 
-// Handler serves /metrics, /healthz (the process answers) and /readyz
-// (ready reports nil: for a worker, that its broker connection works).
+// ConsumerRestarted implements worker.ConsumerObserver.
+func (m *Metrics) ConsumerRestarted(reason string) { m.restarts.WithLabelValues(reason).Inc() }
+
+// Handler serves /metrics, /livez and /healthz (the process answers: a
+// liveness probe) and /readyz (ready reports nil: for a worker, that its
+// broker connection works). /livez is the name Kubernetes' own components
+// use; /healthz stays for the probes written before it.
 func (m *Metrics) Handler(ready func(context.Context) error) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+	live := func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
-	})
+	}
+	mux.HandleFunc("/livez", live)
+	mux.HandleFunc("/healthz", live)
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if ready != nil {
-			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-			defer cancel()
-			if err := ready(ctx); err != nil {
+			if err := readyWithin(r.Context(), 2*time.Second, ready); err != nil {
 				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 				return
 			}
@@ -187,6 +199,23 @@ func (m *Metrics) Handler(ready func(context.Context) error) http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	return mux
+}
+
+// readyWithin runs ready with a deadline and returns at the deadline even
+// if ready does not: a check stuck on a blackholed connection (a client
+// that does not honour its context while it dials) must not hang the probe,
+// whose timeout would then say nothing about why.
+func readyWithin(ctx context.Context, d time.Duration, ready func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- ready(ctx) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("no answer within %s", d)
+	}
 }
 
 // statsCollector reads worker.Stats at scrape time.

@@ -2,11 +2,13 @@ package prommetrics_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -140,4 +142,65 @@ func TestBrokerReconnectsCounter(t *testing.T) {
 	if body := get(t, srv.URL+"/metrics"); !strings.Contains(body, "celeriac_broker_reconnects_total 3") {
 		t.Fatalf("no reconnect counter in:\n%s", body)
 	}
+}
+
+// TestProbes: /livez and /healthz answer while the process runs, whatever
+// the broker does; /readyz says what is not ready, with 503.
+func TestProbes(t *testing.T) {
+	var down error
+	srv := httptest.NewServer(prommetrics.New(nil).Handler(func(context.Context) error { return down }))
+	defer srv.Close()
+	probe := func(path string) (int, string) {
+		resp, err := srvClient().Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, tc := range []struct {
+		down       error
+		path, body string
+		code       int
+	}{
+		{nil, "/livez", "ok\n", 200},
+		{nil, "/healthz", "ok\n", 200},
+		{nil, "/readyz", "ok\n", 200},
+		{errors.New("broker: connection refused"), "/livez", "ok\n", 200},
+		{errors.New("broker: connection refused"), "/healthz", "ok\n", 200},
+		{errors.New("broker: connection refused"), "/readyz", "not ready: broker: connection refused\n", 503},
+	} {
+		down = tc.down
+		if code, body := probe(tc.path); code != tc.code || body != tc.body {
+			t.Errorf("%s (down: %v) = %d %q, want %d %q", tc.path, tc.down, code, body, tc.code, tc.body)
+		}
+	}
+}
+
+func TestConsumerRestartsCounted(t *testing.T) {
+	m := prommetrics.New(nil)
+	m.ConsumerRestarted("no-progress")
+	m.ConsumerRestarted("no-progress")
+	srv := httptest.NewServer(m.Handler(nil))
+	defer srv.Close()
+	if body := get(t, srv.URL+"/metrics"); !strings.Contains(body, `celeriac_consumer_restarts_total{reason="no-progress"} 2`) {
+		t.Fatalf("no consumer restart count in:\n%s", body)
+	}
+}
+
+// TestReadyzAnswersWhenTheCheckHangs: a readiness check stuck on a dead
+// connection (one that ignores its context) still gets a 503 at the
+// probe's deadline instead of hanging the probe.
+func TestReadyzAnswersWhenTheCheckHangs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		stuck := make(chan struct{})
+		h := prommetrics.New(nil).Handler(func(context.Context) error { <-stuck; return nil })
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "no answer within 2s") {
+			t.Errorf("/readyz with a hung check = %d %q, want 503 and why", rec.Code, rec.Body.String())
+		}
+		close(stuck)
+	})
 }
