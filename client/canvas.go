@@ -16,15 +16,23 @@ import (
 // whose body is that step, as in Celery. Apply returns the last step's
 // result.
 func Chain(steps ...Signature) Signature {
-	tasks := make([]any, 0, len(steps))
-	for i := 0; i < len(steps); i++ {
+	// Right to left, as Celery's prepare_steps: a group followed by a step
+	// becomes chord(group, step), and that chord is the step the group
+	// before it is followed by, so chain(g1, g2, s) is
+	// chord(g1, chord(g2, s)).
+	var rev []Signature
+	for i := len(steps) - 1; i >= 0; i-- {
 		s := steps[i]
-		if s.SubtaskType == "group" && i+1 < len(steps) {
+		if s.SubtaskType == "group" && len(rev) > 0 {
 			members, _ := publish.SignatureList(s.Kwargs["tasks"])
-			s = Chord(members, steps[i+1])
-			i++
+			s = Chord(members, rev[len(rev)-1])
+			rev = rev[:len(rev)-1]
 		}
-		tasks = append(tasks, s.Value())
+		rev = append(rev, s)
+	}
+	tasks := make([]any, 0, len(rev))
+	for i := len(rev) - 1; i >= 0; i-- {
+		tasks = append(tasks, rev[i].Value())
 	}
 	return canvas("celery.chain", "chain", map[string]any{"tasks": tasks})
 }
@@ -66,14 +74,16 @@ func (c *Client) Apply(ctx context.Context, s Signature) (*AsyncResult, error) {
 	if s.SubtaskType == "group" {
 		return nil, errors.New("client: Apply of a group: use ApplyGroup, which returns a GroupResult")
 	}
-	s, ids, err := c.freeze(s)
+	s, ids, parents, err := c.freeze(s)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := c.applier(ctx).Apply(s, nil, publish.Call{}); err != nil {
 		return nil, err
 	}
-	return c.AsyncResult(ids[len(ids)-1]), nil
+	r := c.AsyncResult(ids[len(ids)-1])
+	r.parents = parents
+	return r, nil
 }
 
 // ApplyGroup sends a group and returns its members' results in order.
@@ -81,7 +91,7 @@ func (c *Client) ApplyGroup(ctx context.Context, g Signature) (*GroupResult, err
 	if g.SubtaskType != "group" {
 		return nil, fmt.Errorf("client: ApplyGroup of a %q signature: want a group", g.Task)
 	}
-	g, ids, err := c.freeze(g)
+	g, ids, _, err := c.freeze(g)
 	if err != nil {
 		return nil, err
 	}
@@ -110,8 +120,11 @@ func (c *Client) applier(ctx context.Context) *publish.Applier {
 // freeze gives every task of s an id and this client's reply_to, as
 // Python's freeze does before sending, and returns the ids of the results
 // Apply reports: the last one is the canvas's result; for a group, its
-// members' in order.
-func (c *Client) freeze(s Signature) (Signature, []string, error) {
+// members' in order. parents are the canvas result's ancestors as Celery
+// links them (result.parent), root first: a chord's header group, then
+// its body's own; a chain step's, then the step itself, for each step
+// before the last.
+func (c *Client) freeze(s Signature) (_ Signature, ids []string, parents [][]string, _ error) {
 	s = s.Clone()
 	if s.Options == nil {
 		s.Options = map[string]any{}
@@ -124,52 +137,76 @@ func (c *Client) freeze(s Signature) (Signature, []string, error) {
 	}
 	switch s.SubtaskType {
 	case "", "signature":
-		return s, []string{s.TaskID()}, nil
+		return s, []string{s.TaskID()}, nil, nil
 	case "chain", "group":
 		tasks, err := publish.SignatureList(s.Kwargs["tasks"])
 		if err != nil || len(tasks) == 0 {
-			return s, nil, fmt.Errorf("client: %s without tasks: %v", s.SubtaskType, err)
+			return s, nil, nil, fmt.Errorf("client: %s without tasks: %v", s.SubtaskType, err)
 		}
 		vals := make([]any, len(tasks))
-		var ids []string
 		for i, t := range tasks {
-			t, got, err := c.freeze(t)
+			t, got, anc, err := c.freeze(t)
 			if err != nil {
-				return s, nil, err
+				return s, nil, nil, err
 			}
 			vals[i] = t.Value()
 			if s.SubtaskType == "group" {
 				if t.SubtaskType == "group" {
-					return s, nil, errors.New("client: a group inside a group is not supported")
+					return s, nil, nil, errors.New("client: a group inside a group is not supported")
 				}
 				ids = append(ids, got[len(got)-1])
-			} else {
+				continue
+			}
+			if i > 0 {
+				// prepare_steps: the root of this step's ancestry gets
+				// the previous step's result as its parent.
+				parents = append(parents, ids)
+			}
+			parents = append(parents, anc...)
+			if t.SubtaskType == "group" {
 				ids = got
+			} else {
+				ids = got[len(got)-1:]
 			}
 		}
 		s.Kwargs["tasks"] = vals
 		if s.SubtaskType == "chain" && tasks[len(tasks)-1].SubtaskType == "group" {
-			return s, nil, errors.New("client: a chain that ends in a group is not supported; apply the group after the chain")
+			return s, nil, nil, errors.New("client: a chain that ends in a group is not supported; apply the group after the chain")
 		}
-		return s, ids, nil
+		if s.SubtaskType == "group" {
+			parents = nil
+		}
+		return s, ids, parents, nil
 	case "chord":
 		header, err := protocol.DecodeSignature(s.Kwargs["header"])
 		if err != nil {
-			return s, nil, fmt.Errorf("client: chord header: %w", err)
+			return s, nil, nil, fmt.Errorf("client: chord header: %w", err)
 		}
 		body, err := protocol.DecodeSignature(s.Kwargs["body"])
 		if err != nil {
-			return s, nil, fmt.Errorf("client: chord body: %w", err)
+			return s, nil, nil, fmt.Errorf("client: chord body: %w", err)
 		}
-		if header, _, err = c.freeze(header); err != nil {
-			return s, nil, err
-		}
-		body, ids, err := c.freeze(body)
+		header, hids, _, err := c.freeze(header)
 		if err != nil {
-			return s, nil, err
+			return s, nil, nil, err
+		}
+		body, ids, banc, err := c.freeze(body)
+		if err != nil {
+			return s, nil, nil, err
 		}
 		s.Kwargs["header"], s.Kwargs["body"] = header.Value(), body.Value()
-		return s, ids, nil
+		// chord.freeze: the first result of the body without a parent gets
+		// the header's GroupResult as its parent.
+		return s, ids, append([][]string{hids}, banc...), nil
 	}
-	return s, nil, fmt.Errorf("client: cannot send a %q signature", s.SubtaskType)
+	return s, nil, nil, fmt.Errorf("client: cannot send a %q signature", s.SubtaskType)
+}
+
+// OnError adds errbacks to a signature as Python's sig.link_error (or
+// on_error) does, canvases included: a task or a chain calls them when it
+// (any step of it) fails, a group gives them to each member, a chord to
+// its body, which fails with ChordError when a header task fails. For a
+// plain task it is the same as the LinkError send option.
+func OnError(s Signature, errbacks ...Signature) Signature {
+	return publish.LinkError(s, errbacks...)
 }

@@ -238,3 +238,60 @@ func TestNoBackend(t *testing.T) {
 		t.Fatalf("Get without a backend = %v", err)
 	}
 }
+
+// TestNestedCanvasOnCeleriac: the nested canvases Python Celery computes
+// (5.2.6 and 5.5.2 give these results), on a celeriac worker.
+func TestNestedCanvasOnCeleriac(t *testing.T) {
+	c, _ := celeriacOnMemory(t)
+	add := func(args ...any) client.Signature { return client.NewSignature("tasks.add", args, nil) }
+	tsum := func() client.Signature { return client.NewSignature("tasks.tsum", nil, nil) }
+	for _, tc := range []struct {
+		name string
+		sig  client.Signature
+		want string
+	}{
+		// The inner chord is one part of the outer one: its body counts it.
+		{"chord in a chord header", client.Chord([]client.Signature{client.Chord([]client.Signature{add(1, 1), add(2, 2)}, tsum()), add(3, 3)}, tsum()), "12"},
+		// A chain ending in a chord: the chord's body stands for the chain.
+		{"chain ending in a chord in a chord header", client.Chord([]client.Signature{client.Chain(add(1, 1), client.Chord([]client.Signature{add(2), add(3)}, tsum()))}, tsum()), "9"},
+		// chain(g1, g2, s) is chord(g1, chord(g2, s)), as Celery's prepare_steps upgrades it.
+		{"group then group in a chain", client.Chain(client.Group(add(1, 1), add(2, 2)), client.Group(tsum(), tsum()), tsum()), "12"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			r, err := c.Apply(ctx, tc.sig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, err := r.Get(ctx); err != nil || fmt.Sprint(v) != tc.want {
+				t.Fatalf("= %v, %v; want %s", v, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestGetFollowsParents: the result of chord([chord([a], fail), b],
+// chord([c], d)) never gets a state (the outer chord's failure is stored
+// on its body chord's id), and Python's get() raises the failed body
+// from the header all the same, following the result's parents; so does
+// Get (found by the differential canvas tester, where Get hung).
+func TestGetFollowsParents(t *testing.T) {
+	c, _ := celeriacOnMemory(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	add := func(args ...any) client.Signature { return client.NewSignature("tasks.add", args, nil) }
+	fail := client.NewSignature("tasks.fail", nil, nil)
+	fail.Immutable = true
+	inner := client.Chord([]client.Signature{add(1, 1)}, fail)
+	body := client.Chord([]client.Signature{add(4, 4)}, client.NewSignature("tasks.tsum", nil, nil))
+	r, err := c.Apply(ctx, client.Chord([]client.Signature{inner, add(3, 3)}, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Get(ctx)
+	var te *client.TaskError
+	if !errors.As(err, &te) || te.Type != "ValueError" {
+		t.Fatalf("Get = %v; want the header chord body's ValueError", err)
+	}
+}

@@ -130,6 +130,34 @@ func ExampleChord() {
 	// Output: 12 <nil>
 }
 
+// OnError gives a whole chain an errback, as Python's
+// chain(...).on_error(sig): whichever step fails, it is sent.
+func ExampleOnError() {
+	broker := memtransport.New(memtransport.Config{})
+	defer broker.Close()
+	results := membackend.New()
+	defer results.Close()
+	defer runWorker(broker, results)()
+
+	ctx := context.Background()
+	c := client.New(broker, client.Config{Backend: results})
+	fail := client.NewSignature("tasks.fail", []any{"boom"}, nil)
+	fail.Immutable = true
+	cleanup := client.NewSignature("tasks.add", []any{40, 2}, nil, client.TaskID("cleanup-1"))
+	cleanup.Immutable = true // else it gets the failed task's id as its first argument
+	chain := client.Chain(client.NewSignature("tasks.add", []any{1, 1}, nil), fail)
+	r, err := c.Apply(ctx, client.OnError(chain, cleanup))
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = r.Get(ctx)
+	fmt.Println(err)
+	fmt.Println(c.AsyncResult("cleanup-1").Get(ctx))
+	// Output:
+	// ValueError: boom
+	// 42 <nil>
+}
+
 // A typed reference to a task that takes keyword arguments: the worker
 // side is worker.FuncKwargs with the same struct.
 func ExampleNewTyped() {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/celeriac/celeriac/backend"
 	"github.com/celeriac/celeriac/protocol"
@@ -14,17 +16,82 @@ type AsyncResult struct {
 	// ID is the task id.
 	ID string
 	c  *Client
+	// parents are the ancestors Apply linked, root first (Celery's
+	// result.parent chain): each a result or a group's results.
+	parents [][]string
 }
+
+// ParentPollInterval is how often Get looks at the parents of a canvas's
+// result while it waits (Python's AsyncResult.get checks them on each
+// interval of its wait, about once a second on Redis).
+var ParentPollInterval = time.Second
 
 // Get waits until the task is ready and returns its return value. A task
 // that failed or was revoked returns a *TaskError carrying the Python
 // exception type, message and traceback.
+//
+// For the result of a canvas sent with Apply, Get also follows its
+// parents as Python's get(follow_parents=True) does: when an earlier
+// chain step or a chord's header task has failed, Get returns that
+// failure, the first in canvas order, even if the result itself never
+// gets a state (a chord whose header holds a chord with a failed body,
+// for one).
 func (r *AsyncResult) Get(ctx context.Context) (any, error) {
-	m, err := Wait(ctx, r.c.be, r.ID)
+	if len(r.parents) == 0 {
+		m, err := Wait(ctx, r.c.be, r.ID)
+		if err != nil {
+			return nil, err
+		}
+		return outcome(m)
+	}
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(ParentPollInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			}
+			if err := r.parentFailure(wctx); err != nil {
+				cancel(err)
+				return
+			}
+		}
+	}()
+	m, err := Wait(wctx, r.c.be, r.ID)
+	cancel(nil)
+	<-done
 	if err != nil {
+		var te *TaskError
+		if cause := context.Cause(wctx); errors.As(cause, &te) && ctx.Err() == nil {
+			return nil, te
+		}
 		return nil, err
 	}
 	return outcome(m)
+}
+
+// parentFailure is the first failed or revoked parent, root first, as
+// Python's _maybe_reraise_parent_error raises it.
+func (r *AsyncResult) parentFailure(ctx context.Context) error {
+	for _, node := range r.parents {
+		for _, id := range node {
+			m, err := r.c.be.Get(ctx, id)
+			if err != nil {
+				continue // not stored yet (PENDING), or the backend is down: Wait reports that
+			}
+			if m.Status == protocol.StateFailure || m.Status == protocol.StateRevoked {
+				_, err := outcome(m)
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Meta waits until the task is ready and returns its whole result
@@ -116,16 +183,73 @@ type GroupResult struct {
 }
 
 // Get waits for every task and returns their values in the group's order,
-// as GroupResult.get() joins them; the first failure (in order) is
-// returned as an error wrapping the task's *TaskError.
+// as GroupResult.get() joins them. A failure is returned as an error
+// wrapping the task's *TaskError: on the Redis and RPC backends the first
+// to happen, whichever member it is (Celery's join_native returns as soon
+// as one arrives, so a member that never finishes does not hide another's
+// failure); on the database backends the first in the group's order, as
+// Celery's join waits for each member in turn.
 func (g *GroupResult) Get(ctx context.Context) ([]any, error) {
 	out := make([]any, len(g.Results))
-	for i, r := range g.Results {
-		v, err := r.Get(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("client: group %s, task %d (%s): %w", g.ID, i, r.ID, err)
+	if len(g.Results) == 0 {
+		return out, nil
+	}
+	if _, ordered := g.Results[0].c.be.(backend.ChordUnlocker); ordered {
+		for i, r := range g.Results {
+			v, err := r.Get(ctx)
+			if err != nil {
+				return nil, g.memberError(i, err)
+			}
+			out[i] = v
 		}
-		out[i] = v
+		return out, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	// Cancel first, then wait: the members still waiting stop.
+	defer wg.Wait()
+	defer cancel()
+	type got struct {
+		i   int
+		v   any
+		err error
+	}
+	ch := make(chan got)
+	sem := make(chan struct{}, groupWaiters)
+	wg.Go(func() {
+		for i, r := range g.Results {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				v, err := r.Get(ctx)
+				select {
+				case ch <- got{i, v, err}:
+				case <-ctx.Done():
+				}
+			})
+		}
+	})
+	for range g.Results {
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				return nil, g.memberError(r.i, r.err)
+			}
+			out[r.i] = r.v
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	return out, nil
+}
+
+// groupWaiters bounds the members a GroupResult waits on at once.
+const groupWaiters = 64
+
+func (g *GroupResult) memberError(i int, err error) error {
+	return fmt.Errorf("client: group %s, task %d (%s): %w", g.ID, i, g.Results[i].ID, err)
 }

@@ -95,3 +95,21 @@ func TestGroupResultJoinsInOrder(t *testing.T) {
 		t.Fatalf("Get of a group with a revoked task = %v", err)
 	}
 }
+
+// TestGroupResultFirstFailureWins: on a backend that joins natively
+// (Redis, RPC, memory) a member's failure is returned as soon as it is
+// stored, though an earlier member never finishes, as Celery's
+// join_native raises the first failure that arrives.
+func TestGroupResultFirstFailureWins(t *testing.T) {
+	mb := memory.New()
+	defer mb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := client.New(nil, client.Config{Backend: mb})
+	store(t, mb, "late-fail", protocol.StateFailure, &protocol.ExceptionInfo{Type: "ValueError", Module: "builtins", Message: []any{"x"}}, "")
+	_, err := c.GroupResult("g", "never", "late-fail").Get(ctx)
+	var te *client.TaskError
+	if !errors.As(err, &te) || te.TaskID != "late-fail" {
+		t.Fatalf("Get = %v; want late-fail's ValueError before the context ends", err)
+	}
+}

@@ -15,9 +15,10 @@ import (
 //	add := client.NewTyped[addArgs, int](c, "tasks.add")
 //	sum, err := add.Call(ctx, addArgs{A: 2, B: 3})
 //
-// Args is sent through protocol.ToValue. A struct or map is sent as keyword
-// arguments, its json tags naming them (worker.FuncKwargs reads json tags
-// too); an array or slice is sent as positional arguments, which is how a
+// A struct is sent as keyword arguments named as worker.FuncKwargs binds
+// them (celery tags, then json tags: see protocol.KwargsOf), so one struct
+// serves both sides; a map is sent as keyword arguments through
+// protocol.ToValue; an array or slice is sent as positional arguments, which is how a
 // task registered with worker.Func (or a Python task called as add(2, 3))
 // is called:
 //
@@ -70,6 +71,9 @@ func (t Typed[Args, Result]) Signature(args Args, opts ...SendOption) (Signature
 
 // argsOf splits a Typed call's Args into positional or keyword arguments.
 func argsOf(args any) ([]any, map[string]any, error) {
+	if kw, ok, err := protocol.KwargsOf(args); ok {
+		return nil, kw, err
+	}
 	v, err := protocol.ToValue(args)
 	if err != nil {
 		return nil, nil, err

@@ -25,6 +25,54 @@ type Call struct {
 	// Queue is the queue of the task that applies the signature: where its
 	// messages go when nothing routes them.
 	Queue string
+	// Options are apply_async options that override the signature's own
+	// (queue, priority, ...): those set on an enclosing chain, group or
+	// chord signature, which Celery's chain.run, group.apply_async and
+	// chord.run pass on to the first step, the members, and the header and
+	// body.
+	Options map[string]any
+}
+
+// canvasOnly are the options of a chain, group or chord signature that
+// describe the canvas itself and are not passed on to its tasks.
+var canvasOnly = map[string]bool{
+	"task_id": true, "group_id": true, "group_index": true, "chord": true, "chain": true,
+	"parent_id": true, "root_id": true, "link": true, "link_error": true,
+	"subtask_type": true, "immutable": true,
+}
+
+// passOn returns the options a canvas signature passes on to its tasks:
+// its own, overridden by those it was applied with.
+func passOn(own, given map[string]any) map[string]any {
+	var out map[string]any
+	for _, m := range []map[string]any{own, given} {
+		for k, v := range m {
+			if canvasOnly[k] || v == nil {
+				continue
+			}
+			if out == nil {
+				out = map[string]any{}
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// withOptions returns sig with opts set over its own options, as Celery's
+// Signature._merge does for apply_async's options.
+func withOptions(sig protocol.Signature, opts map[string]any) protocol.Signature {
+	if len(opts) == 0 {
+		return sig
+	}
+	sig = sig.Clone()
+	if sig.Options == nil {
+		sig.Options = map[string]any{}
+	}
+	for k, v := range opts {
+		sig.Options[k] = v
+	}
+	return sig
 }
 
 // Message turns a plain signature into a task message and its
@@ -32,6 +80,9 @@ type Call struct {
 // unless the signature is immutable, options from the signature apply, and
 // the caller's parent/root ids fill in what the signature leaves unset.
 func (p *Producer) Message(sig protocol.Signature, extra []any, c Call, now time.Time) (*protocol.TaskMessage, Destination, *Options, error) {
+	if len(c.Options) > 0 {
+		sig = withOptions(sig, c.Options)
+	}
 	o, err := FromSignature(sig.Options, now)
 	if err != nil {
 		return nil, Destination{}, nil, fmt.Errorf("celeriac: signature %s options: %w", sig.Task, err)
@@ -110,6 +161,16 @@ func (a *Applier) Apply(sig protocol.Signature, extra []any, c Call) ([]string, 
 		if err != nil || len(tasks) == 0 {
 			return nil, fmt.Errorf("celeriac: chain signature without tasks: %v", err)
 		}
+		// A chain's own link_error goes to every step and its link to the
+		// last, as chain.run's prepare_steps gives them.
+		if errbacks, err := SignatureList(sig.Options["link_error"]); err == nil && len(errbacks) > 0 {
+			for i := range tasks {
+				tasks[i] = LinkError(tasks[i], errbacks...)
+			}
+		}
+		if links, err := SignatureList(sig.Options["link"]); err == nil && len(links) > 0 {
+			tasks[len(tasks)-1] = appendListOption(tasks[len(tasks)-1].Clone(), "link", links)
+		}
 		// The first step runs now; the rest ride along reversed, as Celery
 		// lays out embed.chain.
 		rest := make([]protocol.Signature, 0, len(tasks)-1)
@@ -117,20 +178,30 @@ func (a *Applier) Apply(sig protocol.Signature, extra []any, c Call) ([]string, 
 			rest = append(rest, tasks[i])
 		}
 		if len(tasks) > 1 && !c.HasChain && (c.GroupID != "" || c.Chord != nil) {
-			if last := tasks[len(tasks)-1]; last.SubtaskType == "" || last.SubtaskType == "signature" {
+			if last, ok := asMember(tasks[len(tasks)-1], c); ok {
 				// A chain that is a group member or a chord header part: its
 				// last step stands for it (its result is the member's, it
 				// counts the chord part), as in Celery's prepare_steps; the
 				// first step must not, or the chord fires with the first
-				// step's result.
-				rest[0] = inGroup(last, c)
+				// step's result. A last step that is a chord stands for it
+				// through its body.
+				rest[0] = last
 				c.GroupID, c.GroupIndex, c.Chord = "", nil, nil
+			}
+		}
+		if !c.HasChain {
+			// A chain that is a chord's body carries the rest of the
+			// enclosing chain as its chain option (chord.run moves it there).
+			if more, err := SignatureList(sig.Options["chain"]); err == nil && len(more) > 0 {
+				c.Chain, c.HasChain = more, true
 			}
 		}
 		if c.HasChain {
 			rest = append(append([]protocol.Signature(nil), c.Chain...), rest...)
 		}
 		c.Chain, c.HasChain = rest, true
+		// chain.run applies the first step with the chain's options.
+		c.Options = passOn(sig.Options, c.Options)
 		return a.Apply(tasks[0], extra, c)
 	case "chord":
 		return a.applyChord(sig, extra, c)
@@ -147,6 +218,7 @@ func (a *Applier) applyGroup(sig protocol.Signature, extra []any, c Call) ([]str
 	if gid == "" {
 		gid = protocol.NewID()
 	}
+	c.Options = passOn(sig.Options, c.Options)
 	var ids []string
 	for _, t := range tasks {
 		cc := c
@@ -163,7 +235,7 @@ func (a *Applier) applyGroup(sig protocol.Signature, extra []any, c Call) ([]str
 
 // unlock sends celery.chord_unlock(group_id, body, interval=None,
 // max_retries=None, result=[((id, None), None), ...]) one second from now,
-// to the body's queue with the body's priority, as Celery's
+// to the body's queue or route with the body's priority, as Celery's
 // fallback_chord_unlock does.
 func (a *Applier) unlock(gid string, ids []string, body protocol.Signature, c Call) ([]string, error) {
 	tuples := make([]any, len(ids))
@@ -178,13 +250,19 @@ func (a *Applier) unlock(gid string, ids []string, body protocol.Signature, c Ca
 		},
 		Options: map[string]any{"countdown": 1.0},
 	}
+	// The body's queue, else where the body's task is routed: Celery's
+	// fallback_chord_unlock asks the router for the body's name, so that
+	// chord_unlock runs where the body's workers are, not on a default
+	// queue nobody may consume.
 	if q := body.Queue(); q != "" {
+		sig.Options["queue"] = q
+	} else if q := a.P.cfg.Routes[body.Task]; q != "" {
 		sig.Options["queue"] = q
 	}
 	if p, ok := body.Priority(); ok {
 		sig.Options["priority"] = int64(p)
 	}
-	c.Chain, c.HasChain, c.GroupID, c.GroupIndex, c.Chord = nil, false, "", nil, nil
+	c.Chain, c.HasChain, c.GroupID, c.GroupIndex, c.Chord, c.Options = nil, false, "", nil, nil, nil
 	return a.Apply(sig, nil, c)
 }
 
@@ -201,6 +279,18 @@ func (a *Applier) applyChord(sig protocol.Signature, extra []any, c Call) ([]str
 	if err != nil {
 		return nil, fmt.Errorf("celeriac: chord header tasks: %w", err)
 	}
+	if !c.HasChain {
+		// A chord that is a chord's body (chord(g, chord(h, b)), what
+		// chain(g, chord(h, b), ...) becomes) carries the rest of the
+		// enclosing chain as its chain option, which goes on to its body.
+		if more, err := SignatureList(sig.Options["chain"]); err == nil && len(more) > 0 {
+			c.Chain, c.HasChain = more, true
+		}
+	}
+	// chord.run: the chord's options (and those it is applied with) go
+	// over the body's and to every header task.
+	c.Options = passOn(sig.Options, c.Options)
+	body = withOptions(body, c.Options)
 	if body.Options == nil {
 		body.Options = map[string]any{}
 	}
@@ -210,6 +300,15 @@ func (a *Applier) applyChord(sig protocol.Signature, extra []any, c Call) ([]str
 	gid, _ := header.Options["task_id"].(string)
 	if gid == "" {
 		gid = protocol.NewID()
+	}
+	if c.GroupID != "" || c.Chord != nil {
+		// A chord that is itself a group member or a chord part: its body
+		// is, as Celery's chord.freeze gives the body the group id, index
+		// and chord it is given. The header belongs to this chord only.
+		if b, ok := asMember(body, c); ok {
+			body = b
+		}
+		c.GroupID, c.GroupIndex, c.Chord = "", nil, nil
 	}
 	if c.HasChain {
 		// The rest of a chain follows the body, not each header task
@@ -235,7 +334,7 @@ func (a *Applier) applyChord(sig protocol.Signature, extra []any, c Call) ([]str
 		idx := i
 		cc := c
 		cc.GroupID, cc.GroupIndex, cc.Chord = gid, &idx, &body
-		t, part := withLastStepID(t)
+		t, part := withPartID(t)
 		got, err := a.Apply(t, extra, cc)
 		ids = append(ids, got...)
 		if err != nil {
@@ -275,36 +374,92 @@ func inGroup(s protocol.Signature, c Call) protocol.Signature {
 	return s
 }
 
-// withLastStepID gives the last step of a chain an id when it has none (as
-// Celery's freeze does) and returns it: the chain's result as a group or
-// chord member. Other signatures are returned as they are, with "".
-func withLastStepID(s protocol.Signature) (protocol.Signature, string) {
-	if s.SubtaskType != "chain" {
+// asMember returns a copy of s in which the task that stands for s as a
+// group member (s itself, a chain's last step, a chord's body, nested)
+// carries the membership c describes; false when none does (a group).
+func asMember(s protocol.Signature, c Call) (protocol.Signature, bool) {
+	switch s.SubtaskType {
+	case "", "signature":
+		return inGroup(s, c), true
+	case "chain":
+		tasks, err := SignatureList(s.Kwargs["tasks"])
+		if err != nil || len(tasks) == 0 {
+			return s, false
+		}
+		last, ok := asMember(tasks[len(tasks)-1], c)
+		if !ok {
+			return s, false
+		}
+		s = s.Clone()
+		vals := signatureValues(tasks)
+		vals[len(vals)-1] = last.Value()
+		s.Kwargs["tasks"] = vals
+		return s, true
+	case "chord":
+		body, err := protocol.DecodeSignature(s.Kwargs["body"])
+		if err != nil {
+			return s, false
+		}
+		b, ok := asMember(body, c)
+		if !ok {
+			return s, false
+		}
+		s = s.Clone()
+		s.Kwargs["body"] = b.Value()
+		return s, true
+	}
+	return s, false
+}
+
+// withPartID gives the task that stands for s as a chord part (a chain's
+// last step, a chord's body, nested) an id when it has none, as Celery's
+// freeze does, and returns it. A plain signature is returned as it is,
+// with ""; so is what has no such task (a group).
+func withPartID(s protocol.Signature) (protocol.Signature, string) {
+	var key string
+	switch s.SubtaskType {
+	case "chain":
+		key = "tasks"
+	case "chord":
+		key = "body"
+	default:
 		return s, ""
 	}
-	tasks, err := SignatureList(s.Kwargs["tasks"])
-	if err != nil || len(tasks) < 2 {
+	var inner protocol.Signature
+	var tasks []protocol.Signature
+	if key == "tasks" {
+		var err error
+		tasks, err = SignatureList(s.Kwargs["tasks"])
+		if err != nil || len(tasks) == 0 {
+			return s, ""
+		}
+		inner = tasks[len(tasks)-1]
+	} else {
+		var err error
+		if inner, err = protocol.DecodeSignature(s.Kwargs["body"]); err != nil {
+			return s, ""
+		}
+	}
+	var id string
+	if inner.SubtaskType == "" || inner.SubtaskType == "signature" {
+		if id = inner.TaskID(); id == "" {
+			inner = inner.Clone()
+			if inner.Options == nil {
+				inner.Options = map[string]any{}
+			}
+			id = protocol.NewID()
+			inner.Options["task_id"] = id
+		}
+	} else if inner, id = withPartID(inner); id == "" {
 		return s, ""
 	}
-	last := tasks[len(tasks)-1]
-	if last.SubtaskType != "" && last.SubtaskType != "signature" {
-		return s, ""
-	}
-	if id := last.TaskID(); id != "" {
-		return s, id
-	}
-	last = last.Clone()
-	if last.Options == nil {
-		last.Options = map[string]any{}
-	}
-	id := protocol.NewID()
-	last.Options["task_id"] = id
 	s = s.Clone()
-	vals := make([]any, len(tasks))
-	for i := range tasks {
-		vals[i] = tasks[i].Value()
+	if key == "tasks" {
+		vals := signatureValues(tasks)
+		vals[len(vals)-1] = inner.Value()
+		s.Kwargs["tasks"] = vals
+	} else {
+		s.Kwargs["body"] = inner.Value()
 	}
-	vals[len(vals)-1] = last.Value()
-	s.Kwargs["tasks"] = vals
 	return s, id
 }

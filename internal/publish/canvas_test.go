@@ -100,3 +100,275 @@ func TestChordUnlockWaitsForChainsLastStep(t *testing.T) {
 		t.Errorf("chord_unlock's results mismatch (-want +got):\n%s", diff)
 	}
 }
+
+func chordOf(gid string, body protocol.Signature, header ...protocol.Signature) protocol.Signature {
+	tasks := make([]any, len(header))
+	for i := range header {
+		tasks[i] = header[i].Value()
+	}
+	g := protocol.Signature{Task: "celery.group", SubtaskType: "group", Args: []any{}, Options: map[string]any{"task_id": gid},
+		Kwargs: map[string]any{"tasks": tasks}}
+	return protocol.Signature{Task: "celery.chord", SubtaskType: "chord", Args: []any{}, Options: map[string]any{},
+		Kwargs: map[string]any{"header": g.Value(), "body": body.Value(), "kwargs": map[string]any{}}}
+}
+
+// TestChordUnlockNestedAndRouted: on a backend that unlocks chords, a
+// chord in a chord's header is the outer part through its body (the outer
+// chord_unlock waits for the inner body, which carries the outer group),
+// and celery.chord_unlock goes where the body's task is routed, as
+// Celery's fallback_chord_unlock routes it by the body's name.
+func TestChordUnlockNestedAndRouted(t *testing.T) {
+	type out struct {
+		m    *protocol.TaskMessage
+		dest Destination
+	}
+	var sent []out
+	a := &Applier{P: New(nil, Config{Routes: map[string]string{"tsum": "cd3_b", "inner": "cd3_a"}}), UnlockChords: true,
+		Publish: func(m *protocol.TaskMessage, d Destination, _ *Options) error {
+			sent = append(sent, out{m, d})
+			return nil
+		}}
+	innerBody := sig("inner")
+	chord := chordOf("outer", sig("tsum"), chordOf("gin", innerBody, sig("a"), sig("b")), sig("c"))
+	if _, err := a.Apply(chord, nil, Call{}); err != nil {
+		t.Fatal(err)
+	}
+	var unlocks []out
+	for _, o := range sent {
+		if o.m.Name == ChordUnlockTask {
+			unlocks = append(unlocks, o)
+		}
+	}
+	if len(unlocks) != 2 {
+		t.Fatalf("sent %d chord_unlock, want 2 (inner, outer)", len(unlocks))
+	}
+	inner, outer := unlocks[0], unlocks[1]
+	if inner.dest.RoutingKey != "cd3_a" || outer.dest.RoutingKey != "cd3_b" {
+		t.Errorf("chord_unlock went to %q and %q, want the bodies' routes cd3_a and cd3_b", inner.dest.RoutingKey, outer.dest.RoutingKey)
+	}
+	want := []any{[]any{[]any{"inner-id", nil}, nil}, []any{[]any{"c-id", nil}, nil}}
+	if diff := cmp.Diff(want, outer.m.Kwargs["result"]); diff != "" {
+		t.Errorf("outer chord_unlock's results mismatch (-want +got):\n%s", diff)
+	}
+	body, err := protocol.DecodeSignature(inner.m.Args[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body.Options["group_id"] != "outer" || body.Options["group_index"] != int64(0) || body.Options["chord"] == nil {
+		t.Errorf("the inner body is not the outer chord's part 0: %v", body.Options)
+	}
+}
+
+// TestCanvasOptionsPassOn: options set on a chain, group or chord
+// signature (Python's chain(...).set(queue=...)) reach its tasks as
+// chain.run (the first step), group.apply_async (every member) and
+// chord.run (every header task and the body) pass them, over the tasks'
+// own; ids and canvas wiring are not passed on.
+func TestCanvasOptionsPassOn(t *testing.T) {
+	type out struct {
+		m    *protocol.TaskMessage
+		dest Destination
+	}
+	var sent []out
+	a := &Applier{P: New(nil, Config{}), SetChordSize: func(string, int) error { return nil },
+		Publish: func(m *protocol.TaskMessage, d Destination, _ *Options) error {
+			sent = append(sent, out{m, d})
+			return nil
+		}}
+	set := func(s protocol.Signature, kv ...any) protocol.Signature {
+		s = s.Clone()
+		for i := 0; i < len(kv); i += 2 {
+			s.Options[kv[i].(string)] = kv[i+1]
+		}
+		return s
+	}
+
+	ch := set(chainOf(set(sig("a"), "queue", "own"), sig("b")), "queue", "cd3_x", "priority", int64(5), "task_id", "chain-id")
+	if _, err := a.Apply(ch, nil, Call{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(sent) != 1 || sent[0].dest.RoutingKey != "cd3_x" || sent[0].m.Priority != 5 || sent[0].m.ID != "a-id" {
+		t.Fatalf("chain's first step: %+v to %q, want a-id to cd3_x with priority 5", sent[0].m, sent[0].dest.RoutingKey)
+	}
+	if q := sent[0].m.Embed.Chain[0].Queue(); q != "" {
+		t.Errorf("the chain's second step got queue %q; chain.run passes options to the first step only", q)
+	}
+
+	sent = nil
+	g := protocol.Signature{Task: "celery.group", SubtaskType: "group", Args: []any{}, Options: map[string]any{"task_id": "gid", "queue": "cd3_y"},
+		Kwargs: map[string]any{"tasks": []any{sig("a").Value(), set(sig("b"), "queue", "own").Value()}}}
+	if _, err := a.Apply(g, nil, Call{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range sent {
+		if o.dest.RoutingKey != "cd3_y" {
+			t.Errorf("group member %s went to %q, want cd3_y", o.m.Name, o.dest.RoutingKey)
+		}
+	}
+
+	sent = nil
+	cd := set(chordOf("gid2", sig("tsum"), sig("a"), sig("b")), "queue", "cd3_z")
+	if _, err := a.Apply(cd, nil, Call{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range sent {
+		if o.dest.RoutingKey != "cd3_z" || o.m.Embed.Chord == nil || o.m.Embed.Chord.Queue() != "cd3_z" {
+			t.Errorf("chord header task %s went to %q with body %v, want cd3_z for both", o.m.Name, o.dest.RoutingKey, o.m.Embed.Chord)
+		}
+	}
+}
+
+// TestChainBodyContinuesEnclosingChain: a chain that is a chord's body
+// carries the rest of the enclosing chain as its chain option (chord.run
+// moves it there); applying that body continues with it after its own
+// steps.
+func TestChainBodyContinuesEnclosingChain(t *testing.T) {
+	var sent []*protocol.TaskMessage
+	a := &Applier{P: New(nil, Config{}), Publish: func(m *protocol.TaskMessage, _ Destination, _ *Options) error {
+		sent = append(sent, m)
+		return nil
+	}}
+	body := chainOf(sig("b1"), sig("b2"))
+	body.Options["chain"] = []any{sig("after").Value()}
+	if _, err := a.Apply(body, []any{int64(1)}, Call{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(sent) != 1 || len(sent[0].Embed.Chain) != 2 {
+		t.Fatalf("sent %d messages; want b1 carrying [b2, after] reversed", len(sent))
+	}
+	if got := []string{sent[0].Embed.Chain[0].Task, sent[0].Embed.Chain[1].Task}; got[0] != "after" || got[1] != "b2" {
+		t.Errorf("b1's chain = %v, want [after b2] (the next step last)", got)
+	}
+}
+
+// TestChordBodyChordContinuesEnclosingChain: chain(g, chord(h, b), after)
+// is chord(g, chord(h, b)) with after as the inner chord's chain option;
+// when the worker applies that inner chord, after must follow its body b
+// (found by the differential canvas tester: the chain stopped at b).
+func TestChordBodyChordContinuesEnclosingChain(t *testing.T) {
+	var sent []*protocol.TaskMessage
+	a := &Applier{P: New(nil, Config{}), Publish: func(m *protocol.TaskMessage, _ Destination, _ *Options) error {
+		sent = append(sent, m)
+		return nil
+	}, SetChordSize: func(string, int) error { return nil }}
+	inner := chordOf("g2", sig("b"), sig("h"))
+	inner.Options["chain"] = []any{sig("after").Value()}
+	if _, err := a.Apply(inner, []any{[]any{int64(1)}}, Call{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(sent) != 1 || sent[0].Name != "h" || sent[0].Embed.Chord == nil {
+		t.Fatalf("sent %v; want the header task h with the chord body", sent)
+	}
+	body, err := protocol.DecodeSignature(sent[0].Embed.Chord.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := SignatureList(body.Options["chain"])
+	if err != nil || len(more) != 1 || more[0].Task != "after" {
+		t.Errorf("the body's chain option = %v (%v), want [after]", body.Options["chain"], err)
+	}
+}
+
+// TestLinkErrorAsCelery: link_error on a canvas lands where Celery's
+// link_error methods put it.
+func TestLinkErrorAsCelery(t *testing.T) {
+	eb := sig("eb")
+	tests := []struct {
+		name string
+		in   protocol.Signature
+		// where lists the signatures that must carry eb, by task name.
+		check func(t *testing.T, out protocol.Signature)
+	}{
+		{"task", sig("t"), func(t *testing.T, out protocol.Signature) { wantErrbacks(t, out, "eb") }},
+		{"chain keeps it (chain.run gives it to every step)", chainOf(sig("a"), sig("b")), func(t *testing.T, out protocol.Signature) {
+			wantErrbacks(t, out, "eb")
+			tasks, _ := SignatureList(out.Kwargs["tasks"])
+			for _, s := range tasks {
+				wantErrbacks(t, s)
+			}
+		}},
+		{"group gives it to each member", groupOf("g", sig("a"), sig("b")), func(t *testing.T, out protocol.Signature) {
+			wantErrbacks(t, out)
+			tasks, _ := SignatureList(out.Kwargs["tasks"])
+			for _, s := range tasks {
+				wantErrbacks(t, s, "eb")
+			}
+		}},
+		{"chord gives it to its body only", chordOf("g", sig("body"), sig("h")), func(t *testing.T, out protocol.Signature) {
+			wantErrbacks(t, out)
+			body, _ := protocol.DecodeSignature(out.Kwargs["body"])
+			wantErrbacks(t, body, "eb")
+			header, _ := protocol.DecodeSignature(out.Kwargs["header"])
+			tasks, _ := SignatureList(header.Kwargs["tasks"])
+			for _, s := range tasks {
+				wantErrbacks(t, s)
+			}
+		}},
+		{"appends to the errbacks there", func() protocol.Signature {
+			s := sig("t")
+			s.Options["link_error"] = []any{sig("first").Value()}
+			return s
+		}(), func(t *testing.T, out protocol.Signature) { wantErrbacks(t, out, "first", "eb") }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := tt.in.Clone()
+			out := LinkError(tt.in, eb)
+			tt.check(t, out)
+			if diff := cmp.Diff(before, tt.in); diff != "" {
+				t.Errorf("LinkError changed its argument:\n%s", diff)
+			}
+		})
+	}
+}
+
+func wantErrbacks(t *testing.T, s protocol.Signature, names ...string) {
+	t.Helper()
+	ebs, err := SignatureList(s.Options["link_error"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range ebs {
+		got = append(got, e.Task)
+	}
+	if diff := cmp.Diff(names, got); diff != "" {
+		t.Errorf("%s's link_error mismatch (-want +got):\n%s", s.Task, diff)
+	}
+}
+
+// TestChainLinkErrorToEveryStep: a chain's own link_error reaches every
+// step, its link the last, as chain.run does.
+func TestChainLinkErrorToEveryStep(t *testing.T) {
+	var sent []*protocol.TaskMessage
+	a := &Applier{P: New(nil, Config{}), Publish: func(m *protocol.TaskMessage, _ Destination, _ *Options) error {
+		sent = append(sent, m)
+		return nil
+	}}
+	c := chainOf(sig("a"), sig("b"))
+	c.Options["link_error"] = []any{sig("eb").Value()}
+	c.Options["link"] = []any{sig("cb").Value()}
+	if _, err := a.Apply(c, nil, Call{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(sent) != 1 || len(sent[0].Embed.Chain) != 1 {
+		t.Fatalf("sent %d messages; want a carrying b", len(sent))
+	}
+	if eb := sent[0].Embed.Errbacks; len(eb) != 1 || eb[0].Task != "eb" || len(sent[0].Embed.Callbacks) != 0 {
+		t.Errorf("the first step: errbacks %v, callbacks %v; want [eb] and none", eb, sent[0].Embed.Callbacks)
+	}
+	b := sent[0].Embed.Chain[0]
+	wantErrbacks(t, b, "eb")
+	if links, _ := SignatureList(b.Options["link"]); len(links) != 1 || links[0].Task != "cb" {
+		t.Errorf("the last step's link = %v, want [cb]", b.Options["link"])
+	}
+}
+
+func groupOf(gid string, members ...protocol.Signature) protocol.Signature {
+	tasks := make([]any, len(members))
+	for i := range members {
+		tasks[i] = members[i].Value()
+	}
+	return protocol.Signature{Task: "celery.group", SubtaskType: "group", Args: []any{}, Options: map[string]any{"task_id": gid},
+		Kwargs: map[string]any{"tasks": tasks}}
+}

@@ -147,11 +147,13 @@ func (p *Producer) Build(name string, args []any, kwargs map[string]any, o *Opti
 	if m.ReplyTo == "" {
 		m.ReplyTo = p.cfg.ReplyTo
 	}
+	// As Celery's as_task_v2: a countdown, when non-zero, replaces eta;
+	// countdown=0 is no countdown at all.
 	switch {
+	case o.HasCountdown && o.Countdown > 0:
+		m.ETA = now.Add(o.Countdown)
 	case !o.ETA.IsZero():
 		m.ETA = o.ETA
-	case o.HasCountdown:
-		m.ETA = now.Add(o.Countdown)
 	}
 	if !o.Expires.IsZero() {
 		m.Expires = o.Expires

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
@@ -139,4 +140,37 @@ func FuzzFromSignature(f *testing.F) {
 		out := map[string]any{}
 		o.ToSignature(out)
 	})
+}
+
+// TestNewTracingTypedNil: a nil *sdktrace.TracerProvider in the interface
+// (what otelenv.New returns when tracing is off) is tracing off, not a
+// provider whose Tracer method panics.
+func TestNewTracingTypedNil(t *testing.T) {
+	var tp *sdktrace.TracerProvider
+	if got := NewTracing(tp, nil); got != nil {
+		t.Fatalf("NewTracing(nil *TracerProvider) = %v, want nil", got)
+	}
+}
+
+// TestCountdownAndETA: as Celery's as_task_v2, a non-zero countdown wins
+// over eta, and countdown=0 leaves eta as given (none when none is).
+func TestCountdownAndETA(t *testing.T) {
+	p := New(nil, Config{})
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	eta := now.Add(time.Hour)
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want time.Time
+	}{
+		{"countdown wins", Options{Countdown: 5 * time.Second, HasCountdown: true, ETA: eta}, now.Add(5 * time.Second)},
+		{"countdown 0 keeps eta", Options{HasCountdown: true, ETA: eta}, eta},
+		{"countdown 0 alone sends no eta", Options{HasCountdown: true}, time.Time{}},
+		{"eta alone", Options{ETA: eta}, eta},
+	} {
+		m, _ := p.Build("t", nil, nil, &tc.o, now)
+		if !m.ETA.Equal(tc.want) {
+			t.Errorf("%s: eta %v, want %v", tc.name, m.ETA, tc.want)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package publish
 
 import (
 	"context"
+	"reflect"
 	"slices"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -34,11 +35,16 @@ type Tracing struct {
 	Prop   propagation.TextMapPropagator
 }
 
-// NewTracing returns nil when tp is nil (tracing off). The default
-// propagator is W3C trace context plus baggage, OpenTelemetry's default
-// OTEL_PROPAGATORS.
+// NewTracing returns nil when tp is nil (tracing off), a nil pointer in
+// the interface included: otelenv.New returns a nil *TracerProvider when
+// tracing is off, and assigning it to a Config makes a non-nil interface.
+// The default propagator is W3C trace context plus baggage,
+// OpenTelemetry's default OTEL_PROPAGATORS.
 func NewTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator) *Tracing {
 	if tp == nil {
+		return nil
+	}
+	if v := reflect.ValueOf(tp); v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil
 	}
 	if prop == nil {
