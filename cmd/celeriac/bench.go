@@ -38,13 +38,14 @@ func newBenchCeilingCmd() *cobra.Command {
 }
 
 type benchFlags struct {
-	n, reps, concurrency, latency, eta, sweepN int
-	brokers, results, tasks, workers, sweep    string
-	redis, amqp, python, out, profile, pg      string
-	stall, timeout                             time.Duration
+	n, reps, concurrency, latency, eta, sweepN  int
+	brokers, results, tasks, workers, sweep     string
+	redis, redisDBs, amqp, python, out, profile string
+	pg                                          string
+	stall, timeout                              time.Duration
 }
 
-func newBenchCmd(g *globalFlags) *cobra.Command {
+func newBenchCmd() *cobra.Command {
 	f := &benchFlags{}
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -63,16 +64,19 @@ memory of held ETA tasks.
 
 It prints Markdown tables (medians of --reps runs, with the ratios
 celeriac / best Python and celeriac / ceiling) on stdout and progress on
-stderr. The Redis broker is database 8 and results database 4 of --redis,
-and the queue is bench_q: both are emptied before every run. With
---results postgres, results go through Celery's SQLAlchemy backend into
-the database celeriac_bench of --postgres (created when missing, emptied
-before every run); the broker CPU column then includes PostgreSQL's.
+stderr. The Redis broker and the results are the two databases of --redis
+that --redis-dbs names, and the queue is bench_q: all are emptied before
+every run and at the end, so the benchmark refuses to start when either
+database holds a key or bench_q holds a message (it deletes only what it
+created). With --results postgres, results go through Celery's SQLAlchemy
+backend into the database celeriac_bench of --postgres (created when
+missing, emptied before every run; refused when its result tables hold
+rows); the broker CPU column then includes PostgreSQL's.
 
 A full run takes about 45 minutes on 2 cores; narrow it with the flags.`,
-		Example: `  celeriac bench > bench.md
-  celeriac bench --brokers redis --results none --tasks noop --workers celeriac,ceiling --reps 5
-  celeriac bench -n 2000 --reps 1 --latency 100 --eta 1000 --sweep 1,100`,
+		Example: `  celeriac bench --redis-dbs 8,4 > bench.md
+  celeriac bench --redis-dbs 8,4 --brokers redis --results none --tasks noop --workers celeriac,ceiling --reps 5
+  celeriac bench --redis-dbs 8,4 -n 2000 --reps 1 --latency 100 --eta 1000 --sweep 1,100`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f) },
 	}
@@ -90,7 +94,8 @@ A full run takes about 45 minutes on 2 cores; narrow it with the flags.`,
 	fl.IntVar(&f.eta, "eta", 10000, "held ETA tasks (0 skips them)")
 	fl.DurationVar(&f.stall, "stall", 20*time.Second, "a run without progress for this long has stalled")
 	fl.DurationVar(&f.timeout, "timeout", 180*time.Second, "a drain not done this long after its first message is abandoned")
-	fl.StringVar(&f.redis, "redis", "redis://127.0.0.1:6379", "Redis server (databases 8 and 4 are used)")
+	fl.StringVar(&f.redis, "redis", "redis://127.0.0.1:6379", "Redis server, without a database (see --redis-dbs)")
+	fl.StringVar(&f.redisDBs, "redis-dbs", "", "BROKER,RESULTS: two empty databases of --redis the benchmark may use and empty (required, e.g. 8,4)")
 	fl.StringVar(&f.amqp, "amqp", "amqp://guest:guest@127.0.0.1:5672//", "RabbitMQ broker")
 	fl.StringVar(&f.pg, "postgres", "postgres://celeriac:celeriac@127.0.0.1:5432/celeriac", "PostgreSQL server of --results postgres (its database celeriac_bench is created and used)")
 	fl.StringVar(&f.python, "python", "", "Python interpreter with Celery (default $CELERIAC_PYTHON, else /usr/bin/python3)")
@@ -119,6 +124,27 @@ func benchOptions(f *benchFlags) (bench.Options, error) {
 	}
 	if o.Python == "" {
 		o.Python = os.Getenv("CELERIAC_PYTHON")
+	}
+	if f.redisDBs == "" {
+		return o, usagef("--redis-dbs: name two empty Redis databases the benchmark may use and empty, e.g. --redis-dbs 8,4 (it refuses databases that hold keys)")
+	}
+	dbs := splitList(f.redisDBs)
+	if len(dbs) != 2 {
+		return o, usagef("--redis-dbs: want BROKER,RESULTS, e.g. 8,4; got %q", f.redisDBs)
+	}
+	for i, s := range dbs {
+		db, err := strconv.Atoi(s)
+		if err != nil || db < 0 {
+			return o, usagef("--redis-dbs: %q is not a database number", s)
+		}
+		if i == 0 {
+			o.RedisBrokerDB = db
+		} else {
+			o.RedisResultDB = db
+		}
+	}
+	if o.RedisBrokerDB == o.RedisResultDB {
+		return o, usagef("--redis-dbs: the broker and result databases must differ")
 	}
 	if f.n <= 0 || f.reps <= 0 || f.concurrency <= 0 || f.latency < 0 || f.eta < 0 || f.sweepN < 0 {
 		return o, usagef("counts must be positive (--latency, --eta, --sweep-tasks may be 0)")

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/celeriac/celeriac/internal/redact"
 )
 
 //go:embed python/*.py
@@ -98,6 +100,12 @@ type Options struct {
 	// database of .ci/setup); the benchmark uses its database celeriac_bench.
 	PostgresURL string
 	Exe         string // the celeriac binary (default this process's executable)
+	// RedisBrokerDB and RedisResultDB are the databases of RedisURL the
+	// benchmark uses as the Redis broker and the result backend, which it
+	// empties between runs and at the end: the caller names them, and a
+	// run refuses to start when either holds a key (checkUnused). They
+	// must differ.
+	RedisBrokerDB, RedisResultDB int
 
 	N           int           // tasks per drain (default 20 000)
 	Reps        int           // repetitions of every measurement (default 3)
@@ -204,6 +212,11 @@ type captureKey struct {
 // Run runs the benchmark and returns its report.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	o.defaults()
+	// Before anything is created, so that a refusal leaves everything as
+	// it was (close empties what the harness holds).
+	if err := checkUnused(ctx, o); err != nil {
+		return nil, err
+	}
 	h := &harness{o: o, kits: map[string]kit{}, capture: map[captureKey][]message{}}
 	defer h.close()
 	if err := h.setup(ctx); err != nil {
@@ -281,9 +294,9 @@ func (h *harness) setup(ctx context.Context) error {
 	if out, err := h.python(ctx, "", NoResults, "-c", "import celery, kombu, redis, amqp"); err != nil {
 		return fmt.Errorf("python celery is not usable via %s (apt-get install python3-celery python3-redis): %v\n%s", h.o.Python, err, out)
 	}
-	opt, err := goredis.ParseURL(withDB(h.o.RedisURL, resultDB))
+	opt, err := goredis.ParseURL(h.resultURL())
 	if err != nil {
-		return fmt.Errorf("redis URL: %w", err)
+		return fmt.Errorf("redis URL: %w", redact.Error(err))
 	}
 	h.results = goredis.NewClient(opt)
 	if err := h.results.Ping(ctx).Err(); err != nil {
@@ -301,7 +314,7 @@ func (h *harness) setup(ctx context.Context) error {
 		var k kit
 		switch b {
 		case "redis":
-			k, err = newRedisKit(h.o.RedisURL, h.o.Queue)
+			k, err = newRedisKit(h.o.RedisURL, h.o.RedisBrokerDB, h.o.Queue)
 		case "amqp":
 			k, err = newAMQPKit(h.o.AMQPURL, h.o.Queue)
 		default:
@@ -337,7 +350,7 @@ func (h *harness) close() {
 	}
 }
 
-func (h *harness) resultURL() string { return withDB(h.o.RedisURL, resultDB) }
+func (h *harness) resultURL() string { return withDB(h.o.RedisURL, h.o.RedisResultDB) }
 
 // childEnv is the environment of every process the benchmark starts:
 // this one's, without Celery settings that would point a worker elsewhere.

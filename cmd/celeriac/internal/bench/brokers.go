@@ -14,14 +14,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/celeriac/celeriac/worker/connect"
-)
 
-// Redis databases the benchmark owns (README, Testing): the Redis broker
-// and the result backend. It deletes only its queue's keys in the first
-// and flushes the second before every run.
-const (
-	brokerDB = 8
-	resultDB = 4
+	"github.com/celeriac/celeriac/internal/redact"
 )
 
 // message is one preloaded message exactly as the broker held it.
@@ -109,15 +103,16 @@ func withDB(base string, db int) string {
 	return strings.TrimRight(base, "/") + "/" + strconv.Itoa(db)
 }
 
-// redisKit is a kombu Redis broker in database brokerDB.
+// redisKit is a kombu Redis broker in the database Options.RedisBrokerDB,
+// which was empty when the run started (checkUnused).
 type redisKit struct {
 	url   string
 	queue string
 	rdb   *goredis.Client
 }
 
-func newRedisKit(base, queue string) (*redisKit, error) {
-	url := withDB(base, brokerDB)
+func newRedisKit(base string, db int, queue string) (*redisKit, error) {
+	url := withDB(base, db)
 	opt, err := goredis.ParseURL(url)
 	if err != nil {
 		return nil, err
@@ -127,19 +122,27 @@ func newRedisKit(base, queue string) (*redisKit, error) {
 	defer cancel()
 	if err := k.rdb.Ping(ctx).Err(); err != nil {
 		k.rdb.Close()
-		return nil, fmt.Errorf("redis broker %s: %w", url, err)
+		return nil, fmt.Errorf("redis broker %s: %w", redact.URL(url), err)
 	}
 	return k, nil
 }
 
 func (k *redisKit) Name() string { return "Redis" }
 func (k *redisKit) URL() string  { return k.url }
-func (k *redisKit) Close() error { return k.rdb.Close() }
+
+// Close empties the database, which held nothing when the run started, so
+// that everything the run created there (kombu's bindings included) goes.
+func (k *redisKit) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = k.rdb.FlushDB(ctx).Err()
+	return k.rdb.Close()
+}
 
 func (k *redisKit) Reset(ctx context.Context) error {
 	// kombu's keys: the queue and its priority bands, the unacked
 	// bookkeeping; celeriac's dead-letter list. This database is the
-	// benchmark's own.
+	// benchmark's own for the run: it was empty when the run started.
 	keys := []string{k.queue, "unacked", "unacked_index", "unacked_mutex", "celeriac.dead." + k.queue}
 	for p := 1; p <= 9; p++ {
 		keys = append(keys, k.queue+"\x06\x16"+strconv.Itoa(p))

@@ -12,6 +12,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/celeriac/celeriac/internal/redact"
 )
 
 // CeilingOptions configure the bare consume loop.
@@ -50,7 +52,7 @@ func RunCeiling(ctx context.Context, o CeilingOptions) error {
 	if o.ResultURL != "" {
 		opt, err := goredis.ParseURL(o.ResultURL)
 		if err != nil {
-			return fmt.Errorf("ceiling: result URL: %w", err)
+			return fmt.Errorf("ceiling: result URL: %w", redact.Error(err))
 		}
 		results = goredis.NewClient(opt)
 		defer results.Close()
@@ -61,7 +63,7 @@ func RunCeiling(ctx context.Context, o CeilingOptions) error {
 	case strings.HasPrefix(o.BrokerURL, "amqp://"):
 		return ceilingAMQP(ctx, o, results)
 	}
-	return fmt.Errorf("ceiling: broker URL %q is neither redis:// nor amqp://", o.BrokerURL)
+	return fmt.Errorf("ceiling: broker URL %s is neither redis:// nor amqp://", redact.URL(o.BrokerURL))
 }
 
 // kombuEnvelope is the part of kombu's Redis message the loop reads.
@@ -89,7 +91,7 @@ const (
 func ceilingRedis(ctx context.Context, o CeilingOptions, results *goredis.Client) error {
 	opt, err := goredis.ParseURL(o.BrokerURL)
 	if err != nil {
-		return fmt.Errorf("ceiling: broker URL: %w", err)
+		return fmt.Errorf("ceiling: broker URL: %w", redact.Error(err))
 	}
 	rdb := goredis.NewClient(opt)
 	defer rdb.Close()

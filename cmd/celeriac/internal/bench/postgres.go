@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/celeriac/celeriac/internal/redact"
 )
 
 // ResultStore is where a drain's results go.
@@ -19,7 +21,7 @@ type ResultStore string
 // Result stores.
 const (
 	NoResults       ResultStore = "none"
-	RedisResults    ResultStore = "redis"    // database resultDB of RedisURL
+	RedisResults    ResultStore = "redis"    // database RedisResultDB of RedisURL
 	PostgresResults ResultStore = "postgres" // Celery's SQLAlchemy backend, database benchDatabase of PostgresURL
 )
 
@@ -30,7 +32,8 @@ func (r ResultStore) on() bool { return r != NoResults && r != "" }
 
 // benchDatabase is the PostgreSQL database the benchmark creates (if
 // missing) and empties before every drain: celery_taskmeta and
-// celery_tasksetmeta, created by the first worker, as Celery does.
+// celery_tasksetmeta, created by the first worker, as Celery does. A run
+// refuses to start when they hold rows (a previous run leaves them empty).
 const benchDatabase = "celeriac_bench"
 
 // pgResults is the PostgreSQL result database.
@@ -44,7 +47,7 @@ type pgResults struct {
 func newPGResults(ctx context.Context, admin string) (*pgResults, error) {
 	u, err := url.Parse(admin)
 	if err != nil {
-		return nil, fmt.Errorf("postgres URL: %w", err)
+		return nil, fmt.Errorf("postgres URL: %w", redact.Error(err))
 	}
 	c, err := pgx.Connect(ctx, admin)
 	if err != nil {
@@ -64,6 +67,13 @@ func newPGResults(ctx context.Context, admin string) (*pgResults, error) {
 	if p.conn, err = pgx.Connect(ctx, p.url); err != nil {
 		return nil, fmt.Errorf("postgres result backend: %w", err)
 	}
+	if n, err := p.rows(ctx); err != nil || n > 0 {
+		p.conn.Close(ctx)
+		if err == nil {
+			err = fmt.Errorf("%w: database %s holds %d results in celery_taskmeta/celery_tasksetmeta, which the benchmark empties; delete them yourself or use another server (--postgres)", ErrInUse, benchDatabase, n)
+		}
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -77,6 +87,23 @@ func (p *pgResults) tableExists(ctx context.Context) (bool, error) {
 	var ok bool
 	err := p.conn.QueryRow(ctx, "SELECT to_regclass('celery_taskmeta') IS NOT NULL").Scan(&ok)
 	return ok, err
+}
+
+// rows counts the rows of both result tables.
+func (p *pgResults) rows(ctx context.Context) (int, error) {
+	total := 0
+	for _, table := range []string{"celery_taskmeta", "celery_tasksetmeta"} {
+		var exists bool
+		if err := p.conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists); err != nil || !exists {
+			return total, err
+		}
+		var n int
+		if err := p.conn.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
 }
 
 // stored counts the stored results.

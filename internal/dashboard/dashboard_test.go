@@ -1,0 +1,807 @@
+package dashboard
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/celeriac/celeriac/client"
+	"github.com/celeriac/celeriac/protocol"
+	"github.com/celeriac/celeriac/transport"
+	"github.com/celeriac/celeriac/transport/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func ev(typ, id string, kv ...any) map[string]any {
+	m := map[string]any{"type": typ, "uuid": id, "hostname": "w1@host", "timestamp": float64(time.Now().UnixNano()) / 1e9}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i].(string)] = kv[i+1]
+	}
+	return m
+}
+
+func TestStoreStates(t *testing.T) {
+	tests := []struct {
+		name   string
+		events []map[string]any
+		want   string
+	}{
+		{"lifecycle", []map[string]any{ev("task-received", "a"), ev("task-started", "a"), ev("task-succeeded", "a")}, StateSuccess},
+		// Events arrive batched and from several workers: a late
+		// received never moves a finished task back.
+		{"late received", []map[string]any{ev("task-succeeded", "a"), ev("task-received", "a")}, StateSuccess},
+		{"retry then success", []map[string]any{ev("task-started", "a"), ev("task-retried", "a"), ev("task-succeeded", "a")}, StateSuccess},
+		{"retried", []map[string]any{ev("task-started", "a"), ev("task-retried", "a")}, StateRetry},
+		{"revoked", []map[string]any{ev("task-received", "a"), ev("task-revoked", "a", "terminated", true)}, StateRevoked},
+		{"failed", []map[string]any{ev("task-received", "a"), ev("task-failed", "a", "exception", "ValueError()")}, StateFailure},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewStore(10)
+			for _, e := range tc.events {
+				s.Apply(e)
+			}
+			got, ok := s.Task("a")
+			if !ok || got.State != tc.want {
+				t.Fatalf("state %q (known %v), want %q", got.State, ok, tc.want)
+			}
+		})
+	}
+}
+
+func TestStoreFields(t *testing.T) {
+	s := NewStore(10)
+	s.Apply(ev("task-received", "p", "name", "tasks.parent", "args", "(1, 2)", "kwargs", "{'x': 3}", "retries", int64(2),
+		"eta", "2026-01-01T00:00:00+00:00", "expires", nil, "root_id", "p"))
+	s.Apply(ev("task-received", "c", "name", "tasks.child", "parent_id", "p", "root_id", "p"))
+	s.Apply(ev("task-succeeded", "p", "result", "3", "runtime", 0.25))
+	s.Apply(ev("task-failed", "c", "exception", "ValueError('x')", "traceback", "Traceback...", "runtime", 0.5))
+	p, _ := s.Task("p")
+	if p.Name != "tasks.parent" || p.Args != "(1, 2)" || p.Kwargs != "{'x': 3}" || p.Retries != 2 || p.Result != "3" ||
+		p.Runtime != 0.25 || p.ETA == "" || p.Worker != "w1@host" || len(p.Children) != 1 || p.Children[0] != "c" {
+		t.Errorf("parent: %+v", p)
+	}
+	c, _ := s.Task("c")
+	if c.ParentID != "p" || c.RootID != "p" || c.Exception != "ValueError('x')" || c.Traceback != "Traceback..." {
+		t.Errorf("child: %+v", c)
+	}
+	series := s.Series("tasks.parent", time.Now())
+	if last := series[len(series)-1]; last.Succeeded != 1 || last.P50 != 0.25 || last.P95 != 0.25 {
+		t.Errorf("last minute of tasks.parent: %+v", last)
+	}
+	// Bad fields are ignored one by one.
+	s.Apply(map[string]any{"type": "task-received", "uuid": 12})
+	s.Apply(map[string]any{"type": "task-received", "uuid": "x", "retries": "many", "timestamp": "now", "name": []any{1}})
+	if x, ok := s.Task("x"); !ok || x.Retries != 0 {
+		t.Errorf("malformed event: %+v", x)
+	}
+}
+
+func TestStoreBounds(t *testing.T) {
+	s := NewStore(3)
+	for i := range 5 {
+		s.Apply(ev("task-received", fmt.Sprint(i), "args", strings.Repeat("x", 10*maxReprLen)))
+	}
+	tasks, total := s.Tasks(Filter{}, 0, 10)
+	if total != 3 || tasks[0].ID != "4" || tasks[2].ID != "2" {
+		t.Fatalf("kept %d tasks: %+v", total, tasks)
+	}
+	if _, ok := s.Task("0"); ok {
+		t.Error("the oldest task was kept")
+	}
+	if n := len(tasks[0].Args); n > maxReprLen+8 {
+		t.Errorf("args kept at %d bytes", n)
+	}
+	// Paging and filters.
+	_, total = s.Tasks(Filter{State: StateSuccess}, 0, 10)
+	if total != 0 {
+		t.Errorf("SUCCESS filter matched %d", total)
+	}
+	page, total := s.Tasks(Filter{}, 2, 10)
+	if total != 3 || len(page) != 1 || page[0].ID != "2" {
+		t.Errorf("offset 2: %d %+v", total, page)
+	}
+}
+
+func TestStorePersist(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "h.json")
+	s := NewStore(10)
+	s.Apply(ev("task-succeeded", "a", "name", "n", "result", "1"))
+	s.Apply(map[string]any{"type": "worker-heartbeat", "hostname": "w1@host", "sw_ident": "py-celery", "sw_ver": "5.2.6", "freq": 2.0, "timestamp": float64(time.Now().Unix())})
+	if err := s.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	s2 := NewStore(10)
+	if err := s2.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := s2.Task("a"); !ok || a.State != StateSuccess || a.Result != "1" {
+		t.Errorf("task after load: %+v", a)
+	}
+	if ws := s2.Workers(); len(ws) != 1 || ws[0].SWVer != "5.2.6" {
+		t.Errorf("workers after load: %+v", ws)
+	}
+	if err := NewStore(1).Load(filepath.Join(t.TempDir(), "missing")); err != nil {
+		t.Errorf("a missing file: %v", err)
+	}
+}
+
+func TestWorkerOnline(t *testing.T) {
+	now := time.Now()
+	tests := []struct {
+		w    Worker
+		want bool
+	}{
+		{Worker{LastHeartbeat: now.Add(-time.Second), Freq: 2}, true},
+		{Worker{LastHeartbeat: now.Add(-5 * time.Second), Freq: 2}, false},
+		{Worker{LastHeartbeat: now, Freq: 2, Offline: true}, false},
+		{Worker{LastReply: now}, true},
+		{Worker{}, false},
+	}
+	for i, tc := range tests {
+		if got := tc.w.Online(now); got != tc.want {
+			t.Errorf("%d: online %v, want %v", i, got, tc.want)
+		}
+	}
+}
+
+// fakeControl records the commands sent.
+type fakeControl struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (f *fakeControl) Call(_ context.Context, method string, args map[string]any, o client.ControlOptions) ([]client.Reply, error) {
+	f.record(method, args, o)
+	host := "w1@host"
+	if len(o.Destination) > 0 {
+		host = o.Destination[0]
+	}
+	return []client.Reply{{Hostname: host, Value: map[string]any{"ok": "done <b>"}}}, nil
+}
+
+func (f *fakeControl) Cast(_ context.Context, method string, args map[string]any, o client.ControlOptions) error {
+	f.record(method, args, o)
+	return nil
+}
+
+func (f *fakeControl) record(method string, args map[string]any, o client.ControlOptions) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, _ := json.Marshal(args)
+	f.calls = append(f.calls, fmt.Sprintf("%s %s %v", method, b, o.Destination))
+}
+
+func (f *fakeControl) take() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.calls
+	f.calls = nil
+	return c
+}
+
+type env struct {
+	t     *testing.T
+	d     *Dashboard
+	srv   *httptest.Server
+	ctl   *fakeControl
+	tr    *memory.Transport
+	queue string
+}
+
+func newEnv(t *testing.T, o Options) *env {
+	t.Helper()
+	tr := memory.New(memory.Config{})
+	t.Cleanup(func() { tr.Close() })
+	ctl := &fakeControl{}
+	o.Transport, o.Control, o.BrokerScheme = tr, ctl, "memory"
+	o.Queues = append(o.Queues, "q1")
+	d, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d.Handler())
+	t.Cleanup(srv.Close)
+	return &env{t: t, d: d, srv: srv, ctl: ctl, tr: tr, queue: "q1"}
+}
+
+// client returns a browser-like client with a cookie jar that does not
+// follow redirects.
+func (e *env) client() *http.Client {
+	jar, _ := cookiejar.New(nil)
+	return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+func (e *env) get(c *http.Client, path string) (int, string) {
+	e.t.Helper()
+	resp, err := c.Get(e.srv.URL + path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+// csrf loads a page and returns the CSRF token its forms carry.
+func (e *env) csrf(c *http.Client) string {
+	e.t.Helper()
+	_, body := e.get(c, "/login")
+	m := csrfRE.FindStringSubmatch(body)
+	if m == nil {
+		e.t.Fatalf("no csrf token in the page:\n%s", body)
+	}
+	return m[1]
+}
+
+// login logs c in with the form and token tok.
+func (e *env) login(c *http.Client, tok string) {
+	e.t.Helper()
+	resp, _ := e.post(c, "/login", url.Values{"csrf": {e.csrf(c)}, "token": {tok}}, nil)
+	if resp.StatusCode != http.StatusSeeOther {
+		e.t.Fatalf("login: %d", resp.StatusCode)
+	}
+}
+
+// forgetFailures clears the failed-login count (the tests fail logins
+// from one address on purpose).
+func (e *env) forgetFailures() {
+	e.d.limiter.mu.Lock()
+	e.d.limiter.m = nil
+	e.d.limiter.mu.Unlock()
+}
+
+func (e *env) post(c *http.Client, path string, form url.Values, hdr map[string]string) (*http.Response, string) {
+	e.t.Helper()
+	req, _ := http.NewRequest("POST", e.srv.URL+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// deadLetters puts n messages of queue q into the memory broker's dead
+// letters, as a worker does when tasks fail for good.
+func (e *env) deadLetters(n int) []string {
+	e.t.Helper()
+	ctx := e.t.Context()
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("dead-%d", i)
+		ids = append(ids, id)
+		err := e.tr.Publish(ctx, &transport.Publishing{RoutingKey: e.queue, Message: protocol.Message{
+			ContentType: "application/json", Headers: map[string]any{"id": id, "task": "tasks.fail", "retries": int64(3)},
+			Body: []byte(`[["<script>alert(1)</script>"], {}, {}]`),
+		}})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	cons, err := e.tr.Consume(ctx, []transport.Queue{{Name: e.queue}}, transport.ConsumeOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for range n {
+		d := <-cons.Deliveries()
+		if err := d.DeadLetter(ctx, transport.DeadLetterReason{Reason: "permanent", Error: "ValueError('<b>bold</b>')", Time: time.Now()}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	if err := cons.Stop(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	return ids
+}
+
+func (e *env) deadCount() int {
+	e.t.Helper()
+	msgs, err := e.tr.DeadLetters(e.t.Context(), e.queue, 0)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return len(msgs)
+}
+
+const xss = "<script>alert(1)</script>"
+
+// TestPagesEscape renders every page with user data that holds markup and
+// checks that it comes out as text.
+func TestPagesEscape(t *testing.T) {
+	e := newEnv(t, Options{AuthToken: "tok"})
+	s := e.d.Store()
+	s.Apply(map[string]any{"type": "worker-online", "hostname": "w<i>1</i>@host", "sw_ident": xss, "sw_ver": "1", "freq": 2.0,
+		"timestamp": float64(time.Now().Unix())})
+	s.Apply(ev("task-received", "t1", "name", "tasks.<b>x</b>", "args", "('"+xss+"',)", "kwargs", "{'k': '"+xss+"'}"))
+	s.Apply(ev("task-failed", "t1", "exception", "ValueError('"+xss+"')", "traceback", xss, "runtime", 0.1))
+	s.Apply(ev("task-received", `"><script>alert(2)</script>`, "name", "n"))
+	e.deadLetters(1)
+	c := e.client()
+	e.login(c, "tok")
+	for _, path := range []string{"/workers", "/tasks", "/tasks?name=" + url.QueryEscape(xss), "/task/t1", "/stats", "/queues",
+		"/dlq", "/dlq?queue=q1", "/dlq/show?queue=q1&id=dead-0", "/login?back=" + url.QueryEscape(`"><script>alert(3)</script>`),
+		"/tasks?msg=" + url.QueryEscape(xss), "/task/" + url.PathEscape(xss)} {
+		code, body := e.get(c, path)
+		if code != http.StatusOK && code != http.StatusNotFound {
+			t.Errorf("GET %s: %d", path, code)
+		}
+		if strings.Contains(body, "<script>alert") || strings.Contains(body, "<b>") || strings.Contains(body, "<i>1") {
+			t.Errorf("GET %s: unescaped markup in the page:\n%s", path, body)
+		}
+	}
+	_, body := e.get(c, "/task/t1")
+	if !strings.Contains(body, "&lt;script&gt;alert(1)&lt;/script&gt;") {
+		t.Errorf("the task's args are not shown as text:\n%s", body)
+	}
+	// Fragments (what the script swaps in) are escaped the same way.
+	req, _ := http.NewRequest("GET", e.srv.URL+"/tasks", nil)
+	req.Header.Set("X-Fragment", "1")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(b), "<html") || !strings.Contains(string(b), "&lt;script&gt;") || strings.Contains(string(b), "<script>alert") {
+		t.Errorf("fragment:\n%s", b)
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") {
+		t.Errorf("CSP %q", csp)
+	}
+}
+
+func TestTasksFilters(t *testing.T) {
+	e := newEnv(t, Options{})
+	s := e.d.Store()
+	for i := range 120 {
+		name := "tasks.add"
+		if i%2 == 1 {
+			name = "tasks.mul"
+		}
+		s.Apply(ev("task-received", fmt.Sprintf("id-%03d", i), "name", name))
+	}
+	s.Apply(ev("task-succeeded", "id-000"))
+	c := e.client()
+	_, body := e.get(c, "/tasks")
+	if !strings.Contains(body, "120 task(s) · page 1 of 3") || !strings.Contains(body, "id-119") || strings.Contains(body, "id-069") {
+		t.Errorf("first page:\n%s", body)
+	}
+	_, body = e.get(c, "/tasks?page=3")
+	if !strings.Contains(body, "id-000") || strings.Contains(body, "id-119") {
+		t.Errorf("page 3 misses the oldest task")
+	}
+	_, body = e.get(c, "/tasks?name=mul")
+	if !strings.Contains(body, "60 task(s)") {
+		t.Errorf("name filter: %s", body[:min(len(body), 2000)])
+	}
+	_, body = e.get(c, "/tasks?state=SUCCESS")
+	if !strings.Contains(body, "1 task(s)") || !strings.Contains(body, "id-000") {
+		t.Errorf("state filter")
+	}
+	_, body = e.get(c, "/tasks?worker=nobody")
+	if !strings.Contains(body, "0 task(s)") {
+		t.Errorf("worker filter")
+	}
+	_, body = e.get(c, "/tasks?since=1h&until="+url.QueryEscape(time.Now().Add(time.Hour).UTC().Format(time.RFC3339)))
+	if !strings.Contains(body, "120 task(s)") {
+		t.Errorf("time filter")
+	}
+	_, body = e.get(c, "/tasks?since="+url.QueryEscape(time.Now().Add(time.Hour).UTC().Format("2006-01-02T15:04")))
+	if !strings.Contains(body, "0 task(s)") {
+		t.Errorf("since in the future")
+	}
+	_, body = e.get(c, "/tasks?since=yesterday")
+	if !strings.Contains(body, "is not a time") {
+		t.Errorf("a bad time is not reported")
+	}
+}
+
+// actionCase is one action and the form that asks for it.
+type actionCase struct {
+	path string
+	form url.Values
+	// effect reports whether the action took effect since the last call.
+	effect func(e *env) bool
+	// prep, when set, runs before the case (dead letters to act on).
+	prep func(e *env)
+}
+
+func actionCases(e *env) []actionCase {
+	called := func(e *env) bool { return len(e.ctl.take()) > 0 }
+	var cases []actionCase
+	for _, op := range []string{"ping", "shutdown", "pool_grow", "pool_shrink", "enable_events", "disable_events"} {
+		cases = append(cases, actionCase{"/action/worker", url.Values{"op": {op}, "worker": {"w1@host"}}, called, nil})
+	}
+	cases = append(cases,
+		actionCase{"/action/worker", url.Values{"op": {"rate_limit"}, "worker": {"w1@host"}, "task_name": {"tasks.add"}, "rate_limit": {"10/s"}}, called, nil},
+		actionCase{"/action/revoke", url.Values{"id": {"t1"}}, called, nil},
+		actionCase{"/action/revoke", url.Values{"id": {"t1"}, "terminate": {"1"}}, called, nil},
+	)
+	before := 0
+	deadChanged := func(e *env) bool {
+		n := e.deadCount()
+		changed := n != before
+		before = n
+		return changed
+	}
+	// Each dead-letter case starts from dead-0 and dead-1 (the purged
+	// ones published again, the replayed ones dead-lettered again).
+	seed := func(e *env) {
+		if n, _ := e.tr.Len(e.t.Context(), e.queue); n > 0 {
+			e.deadLetters(n)
+		}
+		if e.deadCount() == 0 {
+			e.deadLetters(2)
+		}
+		before = e.deadCount()
+	}
+	cases = append(cases,
+		actionCase{"/action/dlq/replay", url.Values{"queue": {"q1"}, "id": {"dead-0"}}, deadChanged, seed},
+		actionCase{"/action/dlq/replay", url.Values{"queue": {"q1"}, "all": {"1"}, "reset_retries": {"1"}}, deadChanged, seed},
+		actionCase{"/action/dlq/purge", url.Values{"queue": {"q1"}, "id": {"dead-1"}, "confirm": {"yes"}}, deadChanged, seed},
+		actionCase{"/action/dlq/purge", url.Values{"queue": {"q1"}, "all": {"1"}, "confirm": {"yes"}}, deadChanged, seed},
+	)
+	return cases
+}
+
+// TestActionsNeedCredentialsAndCSRF tries every action without
+// credentials, with wrong credentials, without a CSRF token, with a wrong
+// one and from another origin, in read-only mode and with no credentials
+// configured: each is refused and changes nothing. With credentials and
+// the right token each takes effect.
+func TestActionsNeedCredentialsAndCSRF(t *testing.T) {
+	e := newEnv(t, Options{AuthToken: "tok", BasicAuth: map[string]string{"ops": "pw"}})
+	ro := newEnv(t, Options{AuthToken: "tok", ReadOnly: true})
+	none := newEnv(t, Options{})
+	for _, x := range []*env{ro, none} {
+		x.deadLetters(2)
+	}
+	bearer := map[string]string{"Authorization": "Bearer tok"}
+	basic := func(u, p string) map[string]string {
+		r, _ := http.NewRequest("GET", "/", nil)
+		r.SetBasicAuth(u, p)
+		return map[string]string{"Authorization": r.Header.Get("Authorization")}
+	}
+	for i, ac := range actionCases(e) {
+		name := fmt.Sprintf("%d %s %v", i, ac.path, ac.form)
+		if ac.prep != nil {
+			ac.prep(e)
+		}
+		e.forgetFailures()
+		for _, bad := range []struct {
+			what   string
+			env    *env
+			hdr    map[string]string
+			csrf   string // "good", "wrong", ""
+			status int
+		}{
+			{"no credentials", e, nil, "good", http.StatusUnauthorized},
+			{"wrong token", e, map[string]string{"Authorization": "Bearer nope"}, "good", http.StatusUnauthorized},
+			{"wrong password", e, basic("ops", "nope"), "good", http.StatusUnauthorized},
+			{"unknown user", e, basic("root", "pw"), "good", http.StatusUnauthorized},
+			{"no CSRF token", e, bearer, "", http.StatusForbidden},
+			{"wrong CSRF token", e, bearer, "wrong", http.StatusForbidden},
+			{"another origin", e, map[string]string{"Authorization": "Bearer tok", "Origin": "http://evil.example"}, "good", http.StatusForbidden},
+			{"read-only", ro, bearer, "good", http.StatusForbidden},
+			{"no credentials configured", none, nil, "good", http.StatusForbidden},
+		} {
+			c := bad.env.client()
+			form := url.Values{}
+			for k, v := range ac.form {
+				form[k] = v
+			}
+			switch bad.csrf {
+			case "good":
+				form.Set("csrf", bad.env.csrf(c))
+			case "wrong":
+				bad.env.csrf(c) // the cookie is set
+				form.Set("csrf", strings.Repeat("0", 64))
+			}
+			resp, _ := bad.env.post(c, ac.path, form, bad.hdr)
+			if resp.StatusCode != bad.status {
+				t.Errorf("%s, %s: status %d, want %d", name, bad.what, resp.StatusCode, bad.status)
+			}
+			if bad.env == e && ac.effect(e) {
+				t.Errorf("%s, %s: the action took effect", name, bad.what)
+			}
+			if bad.env != e && len(bad.env.ctl.take()) > 0 {
+				t.Errorf("%s, %s: a command was sent", name, bad.what)
+			}
+		}
+		// With the right credentials (alternately the token and basic
+		// auth) and the right token, it works.
+		e.forgetFailures()
+		c := e.client()
+		form := url.Values{"csrf": {e.csrf(c)}}
+		for k, v := range ac.form {
+			form[k] = v
+		}
+		hdr := bearer
+		if i%2 == 1 {
+			hdr = basic("ops", "pw")
+		}
+		resp, _ := e.post(c, ac.path, form, hdr)
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Errorf("%s with credentials: status %d", name, resp.StatusCode)
+		}
+		if !ac.effect(e) {
+			t.Errorf("%s with credentials: no effect", name)
+		}
+	}
+	if ro.deadCount() != 2 || none.deadCount() != 2 {
+		t.Error("a refused action changed dead letters")
+	}
+}
+
+// TestLoginCookie: the token entered in the login form becomes a cookie
+// that authenticates actions; a wrong token does not.
+func TestLoginCookie(t *testing.T) {
+	e := newEnv(t, Options{AuthToken: "tok"})
+	c := e.client()
+	csrf := e.csrf(c)
+	if resp, _ := e.post(c, "/login", url.Values{"csrf": {csrf}, "token": {"nope"}}, nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("wrong token: %d", resp.StatusCode)
+	}
+	if resp, _ := e.post(c, "/login", url.Values{"token": {"tok"}}, nil); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("login without CSRF token: %d", resp.StatusCode)
+	}
+	resp, _ := e.post(c, "/login", url.Values{"csrf": {csrf}, "token": {"tok"}, "back": {"//evil.example/"}}, nil)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/workers" {
+		t.Fatalf("login: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	resp, _ = e.post(c, "/action/worker", url.Values{"csrf": {csrf}, "op": {"ping"}, "worker": {"w1@host"}, "back": {"/workers"}}, nil)
+	if resp.StatusCode != http.StatusSeeOther || len(e.ctl.take()) != 1 {
+		t.Fatalf("ping after login: %d", resp.StatusCode)
+	}
+	loc, _ := url.Parse(resp.Header.Get("Location"))
+	if loc.Path != "/workers" || !strings.Contains(loc.Query().Get("msg"), "done <b>") {
+		t.Errorf("redirect to %s", loc)
+	}
+	_, body := e.get(c, loc.String())
+	if !strings.Contains(body, "done &lt;b&gt;") {
+		t.Errorf("the outcome is not shown as text")
+	}
+	e.post(c, "/logout", url.Values{"csrf": {csrf}}, nil)
+	if resp, _ := e.post(c, "/action/worker", url.Values{"csrf": {csrf}, "op": {"ping"}, "worker": {"w1@host"}}, nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("after logout: %d", resp.StatusCode)
+	}
+}
+
+// TestWorkerActionsSend checks what each worker action sends.
+func TestWorkerActionsSend(t *testing.T) {
+	e := newEnv(t, Options{AuthToken: "tok"})
+	c := e.client()
+	csrf := e.csrf(c)
+	bearer := map[string]string{"Authorization": "Bearer tok"}
+	for _, tc := range []struct {
+		form url.Values
+		want string
+	}{
+		{url.Values{"op": {"pool_grow"}, "n": {"3"}}, `pool_grow {"n":3} [w@h]`},
+		{url.Values{"op": {"pool_shrink"}}, `pool_shrink {"n":1} [w@h]`},
+		{url.Values{"op": {"rate_limit"}, "task_name": {"tasks.add"}, "rate_limit": {"5/m"}}, `rate_limit {"rate_limit":"5/m","task_name":"tasks.add"} [w@h]`},
+		{url.Values{"op": {"shutdown"}}, `shutdown {} [w@h]`},
+	} {
+		tc.form.Set("csrf", csrf)
+		tc.form.Set("worker", "w@h")
+		e.post(c, "/action/worker", tc.form, bearer)
+		if got := e.ctl.take(); len(got) != 1 || got[0] != tc.want {
+			t.Errorf("%v sent %q, want %q", tc.form, got, tc.want)
+		}
+	}
+	e.post(c, "/action/revoke", url.Values{"csrf": {csrf}, "id": {"t9"}, "terminate": {"1"}}, bearer)
+	if got := e.ctl.take(); len(got) != 1 || got[0] != `revoke {"signal":"SIGTERM","task_id":["t9"],"terminate":true} []` {
+		t.Errorf("revoke terminate sent %q", got)
+	}
+}
+
+// TestPurgeAsksFirst: a purge without confirm=yes shows a confirmation
+// page and deletes nothing; the page's form purges.
+func TestPurgeAsksFirst(t *testing.T) {
+	e := newEnv(t, Options{AuthToken: "tok"})
+	e.deadLetters(3)
+	c := e.client()
+	csrf := e.csrf(c)
+	bearer := map[string]string{"Authorization": "Bearer tok"}
+	resp, body := e.post(c, "/action/dlq/purge", url.Values{"csrf": {csrf}, "queue": {"q1"}, "all": {"1"}}, bearer)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `id="confirm-purge"`) || !strings.Contains(body, "all 3") {
+		t.Fatalf("purge all: %d\n%s", resp.StatusCode, body)
+	}
+	if n := e.deadCount(); n != 3 {
+		t.Fatalf("%d dead letters after an unconfirmed purge", n)
+	}
+	resp, body = e.post(c, "/action/dlq/purge", url.Values{"csrf": {csrf}, "queue": {"q1"}, "id": {"dead-1"}}, bearer)
+	if !strings.Contains(body, "dead-1") || e.deadCount() != 3 {
+		t.Fatalf("purge one: %d\n%s", resp.StatusCode, body)
+	}
+	resp, _ = e.post(c, "/action/dlq/purge", url.Values{"csrf": {csrf}, "queue": {"q1"}, "id": {"dead-1"}, "confirm": {"yes"}}, bearer)
+	if resp.StatusCode != http.StatusSeeOther || e.deadCount() != 2 {
+		t.Fatalf("confirmed purge: %d, %d left", resp.StatusCode, e.deadCount())
+	}
+	// An empty selection is refused, never taken as "all".
+	e.post(c, "/action/dlq/purge", url.Values{"csrf": {csrf}, "queue": {"q1"}, "confirm": {"yes"}}, bearer)
+	e.post(c, "/action/dlq/replay", url.Values{"csrf": {csrf}, "queue": {"q1"}}, bearer)
+	if n := e.deadCount(); n != 2 {
+		t.Fatalf("an empty selection changed the dead letters: %d left", n)
+	}
+	// Unknown ids: nothing done.
+	resp, _ = e.post(c, "/action/dlq/replay", url.Values{"csrf": {csrf}, "queue": {"q1"}, "id": {"dead-0", "nope"}}, bearer)
+	if loc := resp.Header.Get("Location"); !strings.Contains(loc, "nothing+done") || e.deadCount() != 2 {
+		t.Fatalf("replay with an unknown id: %s, %d left", loc, e.deadCount())
+	}
+	// Replay with reset: the message is back in its queue with retries 0.
+	e.post(c, "/action/dlq/replay", url.Values{"csrf": {csrf}, "queue": {"q1"}, "id": {"dead-0"}, "reset_retries": {"1"}}, bearer)
+	if n, _ := e.tr.Len(t.Context(), "q1"); n != 1 || e.deadCount() != 1 {
+		t.Fatalf("after replay: %d ready, %d dead", n, e.deadCount())
+	}
+}
+
+// TestEventsStream: a change to the history reaches an SSE client.
+func TestEventsStream(t *testing.T) {
+	e := newEnv(t, Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+"/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	rd := bufio.NewReader(resp.Body)
+	if line, _ := rd.ReadString('\n'); !strings.HasPrefix(line, "retry:") {
+		t.Fatalf("first line %q", line)
+	}
+	e.d.Store().Apply(ev("task-received", "a"))
+	for {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line == "event: change\n" {
+			break
+		}
+	}
+	// The event carries the counts the page header shows.
+	if line, _ := rd.ReadString('\n'); !strings.Contains(line, `"tasks":1`) {
+		t.Errorf("change event data %q", line)
+	}
+}
+
+// TestRunIngests: Run subscribes to the celeryev exchange, reads single
+// events and task.multi lists, and asks workers for stats and queues.
+func TestRunIngests(t *testing.T) {
+	e := newEnv(t, Options{EnableEvents: true, RefreshEvery: time.Hour})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- e.d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	pub := func(rk string, body any) {
+		b, _ := json.Marshal(body)
+		if err := e.tr.Publish(ctx, &transport.Publishing{Exchange: "celeryev", ExchangeType: transport.Topic, RoutingKey: rk,
+			Message: protocol.Message{ContentType: "application/json", Body: b}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// The subscription starts asynchronously: publish until seen.
+		pub("worker.heartbeat", map[string]any{"type": "worker-heartbeat", "hostname": "py@h", "sw_ident": "py-celery", "freq": 2.0, "timestamp": float64(time.Now().Unix())})
+		pub("task.multi", []any{ev("task-received", "m1", "name", "tasks.add"), ev("task-succeeded", "m1", "result", "3")})
+		pub("task.x", "not an event")
+		pub("task.y", []any{1, "x"})
+		if m1, ok := e.d.Store().Task("m1"); ok && m1.State == StateSuccess && len(e.d.Store().Workers()) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("events not ingested")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	calls := strings.Join(e.ctl.take(), "\n")
+	for _, want := range []string{"enable_events", "stats", "active_queues"} {
+		if !strings.Contains(calls, want) {
+			t.Errorf("Run did not send %s: %s", want, calls)
+		}
+	}
+}
+
+func FuzzIngest(f *testing.F) {
+	f.Add([]byte(`{"type":"task-received","uuid":"a","args":"()","timestamp":1.5}`))
+	f.Add([]byte(`[{"type":"task-succeeded","uuid":"a","runtime":0.1,"name":"n"},{"type":"worker-offline","hostname":"h"}]`))
+	f.Add([]byte(`{"type":"worker-heartbeat","hostname":"h","loadavg":[1,2,3,4],"freq":1e308,"timestamp":-1}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		d, err := New(Options{Transport: memory.New(memory.Config{}), Control: &fakeControl{}, MaxTasks: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.o.Transport.Close()
+		d.ingest(protocol.Message{ContentType: "application/json", Body: body})
+		d.store.Tasks(Filter{}, 0, 10)
+		d.store.Workers()
+		for _, n := range d.store.Names() {
+			plot(n, d.store.Series(n, time.Now()))
+		}
+	})
+}
+
+type fakeInspector map[string]QueueDetail
+
+func (f fakeInspector) Inspect(_ context.Context, q string) (QueueDetail, error) {
+	d, ok := f[q]
+	if !ok {
+		return QueueDetail{}, fmt.Errorf("no queue <%s>", q)
+	}
+	return d, nil
+}
+
+// TestQueuesPage: depths from transport.Admin, and what an inspector adds
+// (consumers, RabbitMQ's max priority, Redis's bands), rates between
+// samples, and errors shown as text.
+func TestQueuesPage(t *testing.T) {
+	e := newEnv(t, Options{RefreshEvery: 5 * time.Second})
+	for range 3 {
+		if err := e.tr.Publish(t.Context(), &transport.Publishing{RoutingKey: "q1", Message: protocol.Message{ContentType: "application/json", Body: []byte("[]")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := e.client()
+	_, body := e.get(c, "/queues")
+	if !strings.Contains(body, `<td class="depth">3</td>`) {
+		t.Fatalf("depth of q1:\n%s", body)
+	}
+	// The previous sample is made 10 s old rather than waited for.
+	e.d.qmu.Lock()
+	e.d.samples["q1"].at = e.d.samples["q1"].at.Add(-10 * time.Second)
+	e.d.sampled = e.d.sampled.Add(-10 * time.Second)
+	e.d.qmu.Unlock()
+	if _, err := e.tr.Purge(t.Context(), "q1"); err != nil {
+		t.Fatal(err)
+	}
+	_, body = e.get(c, "/queues")
+	if !strings.Contains(body, `<td class="depth">0</td>`) || !regexp.MustCompile(`<td>-0\.[23]\d/s</td>`).MatchString(body) {
+		t.Fatalf("after purge, want depth 0 at about -0.30/s:\n%s", body)
+	}
+
+	e = newEnv(t, Options{RefreshEvery: time.Millisecond, Queues: []string{"rabbit", "redis", "gone"}, Inspector: fakeInspector{
+		"q1":     {Depth: 1, Consumers: 2, MaxPriority: 0},
+		"rabbit": {Depth: 7, Consumers: 1, MaxPriority: 10},
+		"redis":  {Depth: 5, Consumers: -1, MaxPriority: -1, Bands: []QueueBand{{0, 2}, {3, 0}, {6, 0}, {9, 3}}},
+	}})
+	_, body = e.get(e.client(), "/queues")
+	for _, want := range []string{"x-max-priority 10", "band 0: 2", "band 9: 3", `<td class="depth">7</td>`, "no queue &lt;gone&gt;", "<td>none</td>"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("queues page lacks %q:\n%s", want, body)
+		}
+	}
+}
