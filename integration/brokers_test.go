@@ -57,7 +57,7 @@ func redisURL(t testing.TB) string {
 }
 
 // redisDBURL returns redisURL with the db number set. Each test file uses
-// its own db numbers (see the table in README's Testing section).
+// its own db numbers (see the table in docs/testing.md).
 func redisDBURL(t testing.TB, db int) string {
 	t.Helper()
 	u, err := url.Parse(redisURL(t))

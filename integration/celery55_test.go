@@ -153,7 +153,7 @@ func checkOnTime(t *testing.T, runs map[string]struct {
 // celery_delayed_27; the celeriac worker declared the levels and bound the
 // queue, and runs each task on time.
 func TestCelery55NativeDelayedFromPythonProducer(t *testing.T) {
-	requireCelery(t, "5.5", "native delayed delivery is Celery 5.5's")
+	requireCeleryAtLeast(t, "5.5", "native delayed delivery is Celery 5.5's")
 	bc := brokerCase{"rabbitmq", amqpURL(t), redisDBURL(t, workerRedisDB)}
 	cleanupDelayedTopology(t, bc.broker)
 	q := uniqueQueue(t, bc)
@@ -180,7 +180,7 @@ report("eta", r2.get(timeout=60), eta.timestamp())
 // a Go producer, goes through the levels and a Celery 5.5 worker runs it on
 // time.
 func TestCelery55NativeDelayedToPythonWorker(t *testing.T) {
-	requireCelery(t, "5.5", "native delayed delivery is Celery 5.5's")
+	requireCeleryAtLeast(t, "5.5", "native delayed delivery is Celery 5.5's")
 	bc := brokerCase{"rabbitmq", amqpURL(t), redisDBURL(t, workerRedisDB)}
 	cleanupDelayedTopology(t, bc.broker)
 	q := uniqueQueue(t, bc)
@@ -242,7 +242,7 @@ report("countdown", AsyncResult(%q, app=app).get(timeout=60), %f)
 // second is refused), and countdown tasks from both producers run on time
 // on either worker.
 func TestCelery55NativeDelayedMixedFleet(t *testing.T) {
-	requireCelery(t, "5.5", "native delayed delivery is Celery 5.5's")
+	requireCeleryAtLeast(t, "5.5", "native delayed delivery is Celery 5.5's")
 	for _, first := range []string{"python", "celeriac"} {
 		t.Run(first+" first", func(t *testing.T) {
 			bc := brokerCase{"rabbitmq", amqpURL(t), redisDBURL(t, workerRedisDB)}
@@ -433,7 +433,7 @@ func removeIdleDelayedTopology(t *testing.T, url string) bool {
 // 5.5 worker keeps them the same way (golden celery55/retried_stamped and
 // chain_next_stamped).
 func TestCelery55Stamping(t *testing.T) {
-	requireCelery(t, "5.5", "the stamping API is Celery 5.3+'s")
+	requireCeleryAtLeast(t, "5.5", "the stamping API is Celery 5.3+'s")
 	bc := brokerCase{"rabbitmq", amqpURL(t), redisDBURL(t, workerRedisDB)}
 	cleanupDelayedTopology(t, bc.broker) // the Python worker's queue is a quorum queue
 	g := uniqueQueue(t, bc)

@@ -140,6 +140,14 @@ type ownRedis struct {
 // startOwnRedis starts a redis-server; with pki, it listens for TLS only.
 func startOwnRedis(t *testing.T, password string, pki *testPKI) *ownRedis {
 	t.Helper()
+	r := newOwnRedis(t, password, pki)
+	r.start()
+	return r
+}
+
+// newOwnRedis prepares a redis-server without starting it (start does).
+func newOwnRedis(t *testing.T, password string, pki *testPKI) *ownRedis {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		unavailable(t, "redis-server not installed (needed to run a Redis of the test's own)")
@@ -158,7 +166,6 @@ func startOwnRedis(t *testing.T, password string, pki *testPKI) *ownRedis {
 		r.args = append(r.args, "--requirepass", password)
 	}
 	r.args = append([]string{bin}, r.args...)
-	r.start()
 	t.Cleanup(r.stop)
 	return r
 }
@@ -205,6 +212,15 @@ func (r *ownRedis) stop() {
 	}
 }
 
+// signal sends sig to the server (SIGSTOP freezes it, SIGCONT thaws it).
+func (r *ownRedis) signal(sig syscall.Signal) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil {
+		_ = r.cmd.Process.Signal(sig)
+	}
+}
+
 // URL returns the server's redis:// or rediss:// URL for db.
 func (r *ownRedis) URL(db int) string {
 	auth := ""
@@ -236,6 +252,14 @@ type ownRabbit struct {
 }
 
 func startOwnRabbit(t *testing.T, user, password string, pki *testPKI) *ownRabbit {
+	t.Helper()
+	r := newOwnRabbit(t, user, password, pki)
+	r.start()
+	return r
+}
+
+// newOwnRabbit prepares a RabbitMQ node without starting it (start does).
+func newOwnRabbit(t *testing.T, user, password string, pki *testPKI) *ownRabbit {
 	t.Helper()
 	const bin = "/usr/lib/rabbitmq/bin/"
 	if _, err := os.Stat(bin + "rabbitmq-server"); err != nil {
@@ -287,7 +311,6 @@ func startOwnRabbit(t *testing.T, user, password string, pki *testPKI) *ownRabbi
 		"RABBITMQ_CONFIG_FILE="+filepath.Join(dir, "rabbitmq"),
 		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(dir, "enabled_plugins"),
 	)
-	r.start()
 	t.Cleanup(r.stop)
 	return r
 }
@@ -310,7 +333,7 @@ func (r *ownRabbit) start() {
 	r.mu.Lock()
 	r.cmd = cmd
 	r.mu.Unlock()
-	if !waitPort(r.port, 90*time.Second) {
+	if !waitPort(r.port, 3*time.Minute) {
 		log, _ := os.ReadFile(filepath.Join(r.dir, "server.out"))
 		r.stop()
 		r.t.Fatalf("own RabbitMQ node %s did not start:\n%s", r.node, log)
@@ -349,6 +372,16 @@ func (r *ownRabbit) stop() {
 	case <-time.After(30 * time.Second):
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-done
+	}
+}
+
+// signal sends sig to the node's process group (SIGSTOP freezes the
+// node, SIGCONT thaws it).
+func (r *ownRabbit) signal(sig syscall.Signal) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil {
+		_ = syscall.Kill(-r.cmd.Process.Pid, sig)
 	}
 }
 

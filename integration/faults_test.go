@@ -151,7 +151,7 @@ func runFaultSuite(t *testing.T, kind, broker string) {
 		t.Fatalf("python publisher: %v", err)
 	}
 	r.waitEffects(n, 4*time.Minute, a2, c)
-	dead := r.waitDead(len(sent), 2*time.Minute)
+	dead := r.waitDead(len(sent), 4*time.Minute)
 	// A message whose effect happened but whose ack was lost (its worker
 	// was killed, or its connection, before the ack reached the broker) is
 	// still unacked: it comes back after the visibility timeout, runs again

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -23,6 +24,7 @@ import (
 	redistransport "github.com/celeriac/celeriac/transport/redis"
 	"github.com/celeriac/celeriac/worker"
 	"github.com/celeriac/celeriac/worker/connect"
+	"github.com/celeriac/celeriac/worker/prommetrics"
 )
 
 // The fault suite's worker runs in its own process, so that it can be
@@ -64,6 +66,12 @@ type fltWorkerConfig struct {
 	MasterName       string `json:"master_name"`
 	SentinelPassword string `json:"sentinel_password"`
 	WaitReplicas     int    `json:"wait_replicas"`
+	// Control turns remote control on (off by default in the suite);
+	// ReadyAddr, when set, serves /readyz there as celeriac worker
+	// --metrics-addr does (the consumer watchdog's health, then the broker's
+	// PING).
+	Control   bool   `json:"control"`
+	ReadyAddr string `json:"ready_addr"`
 }
 
 // recordScript is flt.record's effect: the delivery is counted (and the
@@ -148,6 +156,12 @@ func runFltWorker(c fltWorkerConfig) error {
 		}
 		if c.RestoreInterval > 0 {
 			rc.RestoreInterval, rc.RestoreThrottle = seconds(c.RestoreInterval), 1
+			// A worker the test kills with -9 in the middle of a sweep
+			// leaves kombu's unacked_mutex held for its expiry (300 s by
+			// default), and nobody restores anything meanwhile: longer
+			// than the tests wait for progress. The sweeps take
+			// milliseconds, so a short expiry is safe here.
+			rc.UnackedMutexExpire = 15 * time.Second
 		}
 		tr, err = redistransport.Dial(ctx, rc)
 	default:
@@ -222,11 +236,28 @@ func runFltWorker(c fltWorkerConfig) error {
 		MaxNestingDepth: c.MaxNestingDepth,
 		QueueArguments:  c.QueueArguments,
 		ShutdownTimeout: 20 * time.Second,
-		WithoutControl:  true,
+		WithoutControl:  !c.Control,
 		Logger:          log,
 	})
 	if err != nil {
 		return err
+	}
+	if c.ReadyAddr != "" {
+		// What celeriac worker --metrics-addr serves (prommetrics.Handler,
+		// with cli's readiness check).
+		m := prommetrics.New(nil)
+		srv := &http.Server{Addr: c.ReadyAddr, ReadHeaderTimeout: 5 * time.Second,
+			Handler: m.Handler(func(ctx context.Context) error {
+				if err := w.ConsumerHealth(); err != nil {
+					return err
+				}
+				if p, ok := tr.(interface{ Ping(context.Context) error }); ok {
+					return p.Ping(ctx)
+				}
+				return nil
+			})}
+		go func() { _ = srv.ListenAndServe() }()
+		defer srv.Close()
 	}
 	go func() {
 		select {
@@ -279,7 +310,7 @@ func startFltWorker(t *testing.T, c fltWorkerConfig) *fltProc {
 	}
 	return startProc(t, "flt worker "+c.Name, "", procOptions{
 		Exe: exe, Env: map[string]string{fltWorkerEnv: string(raw)},
-		Ready: `"worker ready"`, ReadyTimeout: time.Minute,
+		Ready: `"worker ready"`, ReadyTimeout: 3 * time.Minute,
 	}, "-test.run=^TestFaultWorkerProcess$", "-test.timeout=0", "-test.count=1")
 }
 

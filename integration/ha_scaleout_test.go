@@ -19,7 +19,7 @@ import (
 // same backlog from one quorum queue replicated on the 3 nodes of the
 // test cluster (each process 4 slots, acks_late, an effect recorded in
 // Redis per task). It prints the throughput and the CPU the 3 RabbitMQ
-// nodes spent per task, for the README's Performance section. On 2 shared
+// nodes spent per task, for docs/performance.md. On 2 shared
 // cores the point is where the broker saturates; nothing is asserted on
 // the figures, only that every task ran once.
 func TestHAClusterScaleOut(t *testing.T) {

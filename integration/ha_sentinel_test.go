@@ -299,6 +299,6 @@ func runSentinelFaults(t *testing.T, s *sentinelSet, n, minReplicas int, kill bo
 		healthy, rate, deg1, deg2, strings.Join(unrepl, "; "), elapsed.Round(time.Millisecond))
 	if lost > 0 {
 		t.Logf("the %d lost tasks were written to a master that then lost them: the old master the Sentinels had not demoted yet, "+
-			"or a master killed before it replicated them (see README, Reliability)", lost)
+			"or a master killed before it replicated them (see docs/reliability.md)", lost)
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// The interop tests run against one of two Python Celery versions, chosen
+// The interop tests run against one of three Python Celery versions, chosen
 // with CELERIAC_CELERY:
 //   - 5.2 (the default): Debian 12's python3-celery 5.2.6 / kombu 5.2.4,
 //     installed in the system Python;
@@ -23,11 +23,14 @@ import (
 //     unpacks into CELERIAC_CELERY55_DIR (default
 //     $XDG_CACHE_HOME/celeriac/celery-5.5, as os.UserCacheDir says); its
 //     dist-packages go first on PYTHONPATH, after the tests' helpers and
-//     testdata/py55 (a sitecustomize working around a 5.5.2 client hang).
+//     testdata/py55 (a sitecustomize working around a 5.5.2 client hang);
+//   - 5.6: Debian sid's python3-celery 5.6.3 / kombu 5.6.2, unpacked the
+//     same way into CELERIAC_CELERY56_DIR (default .../celeriac/celery-5.6).
 //
-// Tests that only make sense on one version call requireCelery.
+// Tests that only make sense on one version call requireCelery; tests of
+// what a version added (and later ones kept) call requireCeleryAtLeast.
 
-// celeryVersion is the selected Python Celery, "5.2" or "5.5".
+// celeryVersion is the selected Python Celery, "5.2", "5.5" or "5.6".
 func celeryVersion() string {
 	if v := os.Getenv("CELERIAC_CELERY"); v != "" {
 		return v
@@ -36,16 +39,30 @@ func celeryVersion() string {
 }
 
 // celery55Path is the dist-packages directory of the unpacked Celery 5.5.
-func celery55Path() string {
-	dir := os.Getenv("CELERIAC_CELERY55_DIR")
+func celery55Path() string { return unpackedCeleryPath("5.5") }
+
+// unpackedCeleryPath is the dist-packages directory of the Celery version
+// .ci/setup unpacks (5.5 or 5.6): CELERIAC_CELERY55_DIR or
+// CELERIAC_CELERY56_DIR, else under the user cache directory.
+func unpackedCeleryPath(version string) string {
+	dir := os.Getenv("CELERIAC_CELERY" + strings.ReplaceAll(version, ".", "") + "_DIR")
 	if dir == "" {
 		cache, err := os.UserCacheDir()
 		if err != nil {
 			return ""
 		}
-		dir = filepath.Join(cache, "celeriac", "celery-5.5")
+		dir = filepath.Join(cache, "celeriac", "celery-"+version)
 	}
 	return filepath.Join(dir, "root", "usr", "lib", "python3", "dist-packages")
+}
+
+// celeryPath is the dist-packages directory of the selected Celery, or ""
+// for 5.2 (the system Python's own).
+func celeryPath() string {
+	if v := celeryVersion(); v != "5.2" {
+		return unpackedCeleryPath(v)
+	}
+	return ""
 }
 
 // requireCelery skips t unless the selected Celery is version: the test
@@ -54,6 +71,15 @@ func celery55Path() string {
 func requireCelery(t testing.TB, version, why string) {
 	t.Helper()
 	if v := celeryVersion(); v != version {
+		t.Skipf("Celery %s only (%s); CELERIAC_CELERY=%s", version, why, v)
+	}
+}
+
+// requireCeleryAtLeast skips t unless the selected Celery is version or
+// newer: the test exercises what version added (why).
+func requireCeleryAtLeast(t testing.TB, version, why string) {
+	t.Helper()
+	if v := celeryVersion(); v < version { // "5.2" < "5.5" < "5.6"
 		t.Skipf("Celery %s only (%s); CELERIAC_CELERY=%s", version, why, v)
 	}
 }
@@ -70,8 +96,8 @@ func pythonBin(t testing.TB) string {
 	}
 	pythonCheck.Do(func() {
 		v := celeryVersion()
-		if v != "5.2" && v != "5.5" {
-			pythonCheck.err = fmt.Sprintf("CELERIAC_CELERY=%q: want 5.2 or 5.5", v)
+		if v != "5.2" && v != "5.5" && v != "5.6" {
+			pythonCheck.err = fmt.Sprintf("CELERIAC_CELERY=%q: want 5.2, 5.5 or 5.6", v)
 			return
 		}
 		cmd := exec.Command(bin, "-c", "import celery, kombu, redis, amqp; print(celery.__version__)")
@@ -82,14 +108,14 @@ func pythonBin(t testing.TB) string {
 			if pythonCheck.err == "" {
 				pythonCheck.err = err.Error()
 			}
-			if v == "5.5" {
-				pythonCheck.err += " (Celery 5.5 is looked for in " + celery55Path() + ": run .ci/setup)"
+			if v != "5.2" {
+				pythonCheck.err += " (Celery " + v + " is looked for in " + celeryPath() + ": run .ci/setup)"
 			}
 			return
 		}
 		pythonCheck.version = strings.TrimSpace(string(out))
 		if !strings.HasPrefix(pythonCheck.version, v+".") {
-			pythonCheck.err = fmt.Sprintf("CELERIAC_CELERY=%s but Python imports celery %s (from %s)", v, pythonCheck.version, celery55Path())
+			pythonCheck.err = fmt.Sprintf("CELERIAC_CELERY=%s but Python imports celery %s (from %s)", v, pythonCheck.version, celeryPath())
 		}
 	})
 	if pythonCheck.err != "" {
@@ -110,9 +136,12 @@ var pythonCheck struct {
 func pyEnv(extra map[string]string) []string {
 	dir, _ := filepath.Abs("testdata/py")
 	path := dir
-	if celeryVersion() == "5.5" {
+	switch celeryVersion() {
+	case "5.5":
 		py55, _ := filepath.Abs("testdata/py55")
 		path += string(os.PathListSeparator) + py55 + string(os.PathListSeparator) + celery55Path()
+	case "5.6":
+		path += string(os.PathListSeparator) + celeryPath()
 	}
 	// An extra PYTHONPATH goes in front, so that Celery 5.5 stays on it.
 	if p := extra["PYTHONPATH"]; p != "" {

@@ -23,7 +23,7 @@ import (
 )
 
 // redisTransportDB is the Redis database of the Redis transport interop
-// tests (README: integration uses 12-15).
+// tests (docs/testing.md: integration uses 12-15).
 const redisTransportDB = 13
 
 // redisIT is one test's isolated slice of db 13: kombu's global_keyprefix

@@ -264,7 +264,19 @@ def capture():
         recv.capture(limit=None, timeout=None, wakeup=True)
 t = threading.Thread(target=capture, daemon=True)
 t.start()
-time.sleep(1.0)
+# Listening means an event sent now is seen: on Redis a fanout message
+# published before the receiver's SUBSCRIBE reaches the server is lost, and
+# a fixed sleep was too short on a loaded machine with kombu 5.6.
+with app.events.default_dispatcher(hostname="probe@it") as probe:
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        probe.send("worker-probe")
+        time.sleep(0.2)
+        with lock:
+            if any(typ == "worker-probe" for typ, _ in seen):
+                break
+    else:
+        raise SystemExit("the event receiver never saw its own probe")
 print("LISTENING", flush=True)
 def wait_for(what, cond, timeout=20):
     deadline = time.time() + timeout

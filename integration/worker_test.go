@@ -118,7 +118,9 @@ func startGoWorker(t *testing.T, bc brokerCase, queue string, cfg worker.Config,
 			return next.HandleTask(ctx, task)
 		})
 	})
-	cfg.Queues = []string{queue}
+	if len(cfg.Queues) == 0 {
+		cfg.Queues = []string{queue}
+	}
 	cfg.Backend = conn.Backend
 	if cfg.Logger == nil {
 		cfg.Logger = zaptest.NewLogger(t)

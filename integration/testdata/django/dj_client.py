@@ -72,3 +72,28 @@ def client(steps="get,failure,admin"):
 
 if __name__ == "__main__":
     globals()[sys.argv[1]](*sys.argv[2:])
+
+
+def beat_put(name, task, queue, every, args="[]"):
+    """Creates or edits a periodic task as Django's admin would save it."""
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+    iv, _ = IntervalSchedule.objects.get_or_create(every=int(every), period=IntervalSchedule.SECONDS)
+    t, created = PeriodicTask.objects.update_or_create(
+        name=name, defaults=dict(task=task, interval=iv, queue=queue, args=args))
+    emit(id=t.id, created=created)
+
+
+def beat_row(name):
+    from django_celery_beat.models import PeriodicTask
+    t = PeriodicTask.objects.get(name=name)
+    emit(last_run_at=t.last_run_at.isoformat() if t.last_run_at else None,
+         total_run_count=t.total_run_count, every=t.interval.every)
+
+
+def beat_send(name):
+    """Sends one run of the task as DatabaseScheduler does when it is due."""
+    from django_celery_beat.models import PeriodicTask
+    from django_celery_beat.schedulers import DatabaseScheduler, ModelEntry
+    s = DatabaseScheduler(app=app, lazy=True)
+    s.apply_async(ModelEntry(PeriodicTask.objects.get(name=name), app=app), producer=s.producer, advance=False)
+    emit(sent=name)

@@ -56,3 +56,56 @@ def slow_id(i, secs):
 def area(width, height, unit="m"):
     """A task called with keyword arguments."""
     return {"area": width * height, "unit": unit + "2"}
+
+
+def _flat(v):
+    if isinstance(v, (list, tuple)):
+        return sum(_flat(x) for x in v)
+    return v
+
+
+_effects = None
+
+
+def _record(run, tag, value):
+    """Records that canvas node tag of run ran, and how (IT_EFFECTS: a
+    Redis URL): the differential canvas tester compares these between a
+    Python-built and a Go-built run of one canvas."""
+    global _effects
+    url = os.environ.get("IT_EFFECTS")
+    if not url or not run or not tag:
+        return
+    if _effects is None:
+        import redis
+        _effects = redis.Redis.from_url(url)
+    key = "cd:run:" + run
+    _effects.hset(key, tag, value)
+    _effects.expire(key, 900)
+
+
+def _queue(task):
+    return ((task.request.delivery_info or {}).get("routing_key")) or "?"
+
+
+@app.task(name="tasks.cd_sum", bind=True)
+def cd_sum(self, *args, tag=None, run=None):
+    """The differential canvas tester's task: the sum of its arguments,
+    lists flattened, so any canvas shape has one deterministic result."""
+    v = _flat(list(args))
+    _record(run, tag, "%s@%s" % (v, _queue(self)))
+    return v
+
+
+@app.task(name="tasks.cd_fail", bind=True)
+def cd_fail(self, *args, tag=None, run=None):
+    """A failing canvas member."""
+    _record(run, tag, "FAIL@%s" % _queue(self))
+    raise ValueError("cd_fail %s" % tag)
+
+
+@app.task(name="tasks.cd_err")
+def cd_err(*args, tag=None, run=None):
+    """An errback: records that it ran. Celery calls it in the failing
+    task's worker (it takes *args, so it is a new-style errback) while a
+    celeriac worker sends it as a task, so its queue is not recorded."""
+    _record(run, tag, "ERR")

@@ -25,6 +25,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django_celery_results",
 ]
+if os.environ.get("DJANGO_BEAT"):  # django-celery-beat's tables (celeriac beat's tests)
+    INSTALLED_APPS.append("django_celery_beat")
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

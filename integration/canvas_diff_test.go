@@ -1,0 +1,577 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/celeriac/celeriac/backend/rpc"
+	"github.com/celeriac/celeriac/client"
+	"github.com/celeriac/celeriac/protocol"
+	"github.com/celeriac/celeriac/worker"
+	"github.com/celeriac/celeriac/worker/connect"
+	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/zap/zaptest"
+)
+
+// cnode is one node of a generated canvas, as the Python driver reads it.
+type cnode struct {
+	T    string   `json:"t"` // task, fail, err, chain, group, chord
+	K    int      `json:"k,omitempty"`
+	Imm  bool     `json:"imm,omitempty"`
+	Q    int      `json:"q,omitempty"` // 1: the second queue
+	Tag  string   `json:"tag,omitempty"`
+	Link *cnode   `json:"link,omitempty"`
+	Err  *cnode   `json:"err,omitempty"`
+	C    []*cnode `json:"c,omitempty"`
+	B    *cnode   `json:"b,omitempty"`
+}
+
+// genOptions say which shapes a matrix cell draws.
+type genOptions struct {
+	depth int
+	// chords: false on rpc://, where Celery has no chords (and so no
+	// group inside a chain, which becomes one).
+	chords bool
+	// failures: failing members, link_error errbacks and chord errbacks.
+	failures bool
+}
+
+// genCanvas draws a canvas from r: chains, groups and chords nested to
+// o.depth, immutable signatures, tasks routed to the second queue, link
+// callbacks, failing members and errbacks. Shapes neither side supports
+// are not drawn (a group directly in a group, a chain ending in a group, a
+// group as a chord member or body).
+func genCanvas(r *rand.Rand, o genOptions) *cnode {
+	n := genNode(r, o, o.depth, true, false)
+	tagCanvas(n, new(int))
+	return n
+}
+
+// inHeader: n is (part of) a group member or a chord header part, where a
+// link callback is drawn only with o.failures: Celery 5.2.6 fires the
+// chord early when a header member has a link (docs/canvas.md).
+func genNode(r *rand.Rand, o genOptions, depth int, allowGroup, inHeader bool) *cnode {
+	if depth == 0 || r.IntN(5) < 2 {
+		n := &cnode{T: "task", K: r.IntN(10), Imm: r.IntN(5) == 0, Q: r.IntN(2)}
+		if o.failures && r.IntN(14) == 0 {
+			n.T = "fail"
+		}
+		if r.IntN(8) == 0 && (!inHeader || o.failures) {
+			n.Link = &cnode{T: "task", K: r.IntN(10), Imm: r.IntN(3) == 0, Q: r.IntN(2)}
+		}
+		if o.failures && r.IntN(6) == 0 {
+			n.Err = &cnode{T: "err"}
+		}
+		return n
+	}
+	kinds := []string{"chain"}
+	if o.chords {
+		kinds = append(kinds, "chord")
+	}
+	if allowGroup {
+		kinds = append(kinds, "group")
+	}
+	switch kinds[r.IntN(len(kinds))] {
+	case "chain":
+		n := &cnode{T: "chain"}
+		steps := 2 + r.IntN(2)
+		for i := range steps {
+			// A group may sit inside a chain (it becomes a chord with the
+			// next step), never last.
+			n.C = append(n.C, genNode(r, o, depth-1, o.chords && i < steps-1, inHeader))
+		}
+		return n
+	case "group":
+		n := &cnode{T: "group"}
+		for range 1 + r.IntN(3) {
+			n.C = append(n.C, genNode(r, o, depth-1, false, true))
+		}
+		return n
+	}
+	n := &cnode{T: "chord", B: genNode(r, o, depth-1, false, inHeader)}
+	for range 1 + r.IntN(3) {
+		n.C = append(n.C, genNode(r, o, depth-1, false, true))
+	}
+	if o.failures && r.IntN(5) == 0 {
+		n.Err = &cnode{T: "err"}
+	}
+	return n
+}
+
+// tagCanvas names every task node (n0, n1, ...) in a fixed order: the
+// names under which the tasks record that they ran.
+func tagCanvas(n *cnode, next *int) {
+	if n == nil {
+		return
+	}
+	switch n.T {
+	case "task", "fail", "err":
+		n.Tag = "n" + strconv.Itoa(*next)
+		*next++
+	}
+	for _, c := range n.C {
+		tagCanvas(c, next)
+	}
+	tagCanvas(n.B, next)
+	tagCanvas(n.Link, next)
+	tagCanvas(n.Err, next)
+}
+
+// goCanvas builds n with the Go client, its tasks recording under run.
+func goCanvas(n *cnode, run string, queues [2]string) client.Signature {
+	var kids []client.Signature
+	for _, c := range n.C {
+		kids = append(kids, goCanvas(c, run, queues))
+	}
+	switch n.T {
+	case "chain":
+		return onError(client.Chain(kids...), n, run, queues)
+	case "group":
+		return onError(client.Group(kids...), n, run, queues)
+	case "chord":
+		return onError(client.Chord(kids, goCanvas(n.B, run, queues)), n, run, queues)
+	}
+	var opts []client.SendOption
+	if n.Link != nil {
+		opts = append(opts, client.Link(goCanvas(n.Link, run, queues)))
+	}
+	if n.Err != nil {
+		opts = append(opts, client.LinkError(goCanvas(n.Err, run, queues)))
+	}
+	var args []any
+	if n.T != "err" {
+		args = []any{n.K}
+	}
+	if n.Q != 0 {
+		opts = append(opts, client.Queue(queues[n.Q]))
+	}
+	name := map[string]string{"task": "tasks.cd_sum", "fail": "tasks.cd_fail", "err": "tasks.cd_err"}[n.T]
+	return immutableIf(client.NewSignature(name, args, map[string]any{"tag": n.Tag, "run": run}, opts...), n.Imm || n.T == "err")
+}
+
+// onError is Python's canvas.link_error(errback) for the canvas nodes
+// that have one.
+func onError(s client.Signature, n *cnode, run string, queues [2]string) client.Signature {
+	if n.Err == nil {
+		return s
+	}
+	return client.OnError(s, goCanvas(n.Err, run, queues))
+}
+
+func immutableIf(s client.Signature, imm bool) client.Signature {
+	s.Immutable = imm
+	return s
+}
+
+// cdTasks are the differential canvas tester's tasks on a celeriac
+// worker, as it_client_app.py defines them: tasks.cd_sum (the sum of its
+// arguments, lists flattened), tasks.cd_fail (ValueError) and
+// tasks.cd_err (an errback); each records under its run and tag that it
+// ran, and from which queue, in effects.
+func cdTasks(effects *goredis.Client) func(*worker.Mux) {
+	var flat func(v any) (int64, error)
+	flat = func(v any) (int64, error) {
+		if l, ok := v.([]any); ok {
+			var s int64
+			for _, x := range l {
+				n, err := flat(x)
+				if err != nil {
+					return 0, err
+				}
+				s += n
+			}
+			return s, nil
+		}
+		var n int64
+		err := protocol.Bind(v, &n)
+		return n, err
+	}
+	record := func(ctx context.Context, t *worker.Task, v string) error {
+		run, _ := t.Kwargs["run"].(string)
+		tag, _ := t.Kwargs["tag"].(string)
+		if run == "" || tag == "" {
+			return nil
+		}
+		key := "cd:run:" + run
+		p := effects.TxPipeline()
+		p.HSet(ctx, key, tag, v)
+		p.Expire(ctx, key, 15*time.Minute)
+		_, err := p.Exec(ctx)
+		return err
+	}
+	queue := func(t *worker.Task) string {
+		if q := t.DeliveryInfo.RoutingKey; q != "" {
+			return q
+		}
+		return "?"
+	}
+	return func(m *worker.Mux) {
+		m.Handle("tasks.cd_sum", worker.HandlerFunc(func(ctx context.Context, t *worker.Task) (any, error) {
+			v, err := flat(t.Args)
+			if err != nil {
+				return nil, err
+			}
+			return v, record(ctx, t, fmt.Sprintf("%d@%s", v, queue(t)))
+		}))
+		m.Handle("tasks.cd_fail", worker.HandlerFunc(func(ctx context.Context, t *worker.Task) (any, error) {
+			if err := record(ctx, t, "FAIL@"+queue(t)); err != nil {
+				return nil, err
+			}
+			return nil, worker.NewException("ValueError", fmt.Sprintf("cd_fail %v", t.Kwargs["tag"]))
+		}))
+		m.Handle("tasks.cd_err", worker.HandlerFunc(func(ctx context.Context, t *worker.Task) (any, error) {
+			return nil, record(ctx, t, "ERR")
+		}))
+	}
+}
+
+// pyDriver is a long-lived Python process that builds canvases with
+// Celery's own canvas classes, one at a time.
+type pyDriver struct {
+	mu  sync.Mutex
+	in  *json.Encoder
+	out *bufio.Scanner
+}
+
+func startPyDriver(t *testing.T, env map[string]string) *pyDriver {
+	t.Helper()
+	script, err := filepath.Abs("testdata/py/it_canvas_driver.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(pythonBin(t), script)
+	cmd.Env = pyEnv(env)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	})
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	return &pyDriver{in: json.NewEncoder(stdin), out: sc}
+}
+
+// cdTimeout bounds how long either side waits for a canvas's result.
+const cdTimeout = 20 * time.Second
+
+// run applies n and returns its result (or "error: <type>") and, for an
+// error, its message.
+func (d *pyDriver) run(n *cnode, run string, queues [2]string) (string, string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	req := map[string]any{"canvas": n, "run": run, "queues": queues[:], "timeout": cdTimeout.Seconds()}
+	if err := d.in.Encode(req); err != nil {
+		return "error: " + err.Error(), ""
+	}
+	if !d.out.Scan() {
+		return "error: the Python driver ended", ""
+	}
+	var out struct {
+		Result    any    `json:"result"`
+		ErrorType string `json:"error_type"`
+		Error     string `json:"error"`
+	}
+	if err := json.Unmarshal(d.out.Bytes(), &out); err != nil {
+		return "error: " + err.Error(), ""
+	}
+	if out.ErrorType != "" {
+		return "error: " + out.ErrorType, out.Error
+	}
+	return fmt.Sprint(out.Result), ""
+}
+
+// goRun applies n built by the Go client and returns its result, or
+// "error: <exception type>" as the Python driver does.
+func goRun(ctx context.Context, c *client.Client, n *cnode, run string, queues [2]string) (string, string) {
+	s := goCanvas(n, run, queues)
+	var v any
+	var err error
+	if n.T == "group" {
+		var g *client.GroupResult
+		if g, err = c.ApplyGroup(ctx, s); err == nil {
+			v, err = g.Get(ctx)
+		}
+	} else {
+		var r *client.AsyncResult
+		if r, err = c.Apply(ctx, s); err == nil {
+			v, err = r.Get(ctx)
+		}
+	}
+	var te *client.TaskError
+	switch {
+	case errors.As(err, &te):
+		return "error: " + te.Type, te.Message()
+	case ctx.Err() != nil:
+		return "error: TIMEOUT", ""
+	case err != nil:
+		return "error: " + err.Error(), ""
+	}
+	return fmt.Sprint(v), ""
+}
+
+// cdEffects waits until run's records stop changing (callbacks and
+// errbacks may run after the result is ready) and returns them.
+func cdEffects(ctx context.Context, effects *goredis.Client, run string) map[string]string {
+	var last map[string]string
+	stable := 0
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && stable < 4 {
+		m, err := effects.HGetAll(ctx, "cd:run:"+run).Result()
+		if err != nil {
+			return map[string]string{"error": err.Error()}
+		}
+		if maps.Equal(m, last) {
+			stable++
+		} else {
+			stable = 0
+		}
+		last = m
+		time.Sleep(250 * time.Millisecond)
+	}
+	return last
+}
+
+// cdCell is one cell of the tester's matrix: a fleet on a broker with a
+// result backend.
+type cdCell struct {
+	fleet   string // python, celeriac, mixed (Python on queue 1, celeriac on queue 2)
+	broker  string // redis, amqp
+	backend string // redis, db, rpc
+}
+
+// cdKnown names the Celery issue behind a difference the tester found,
+// or "" when the difference is unexplained. fleet is the cell's.
+func cdKnown(n *cnode, fleet, py, pmsg, gor string, pe, ge map[string]string) string {
+	sameEffects := maps.Equal(pe, ge)
+	goOK := !strings.HasPrefix(gor, "error:")
+	switch {
+	case py == "error: RuntimeError" && strings.Contains(pmsg, "Recursive result parents") && len(pe) == 0:
+		// Celery's chord.freeze refuses the canvas before sending anything
+		// ("Recursive result parents" on some task trees).
+		return "celery/celery#8890"
+	case n.T == "group" && py == "error: TIMEOUT" && goOK && sameEffects:
+		// Every task ran, with the same results, but the GroupResult of a
+		// group holding a chord whose body is (or continues as) a chain
+		// never gets ready: it waits on the body's first step instead of
+		// the chain's last (celery/celery#6734).
+		return "celery/celery#6734"
+	case fleet == "python" && py == "error: TIMEOUT" && goOK:
+		// Celery's own canvas on Celery's own workers never finishes
+		// (nested chords in chains: the family of celery/celery#5222 and
+		// #9674); the same canvas built in Go does.
+		return "Celery hangs on its own canvas (pure Celery run)"
+	}
+	return ""
+}
+
+// TestCanvasDifferential: random canvases built by Celery in Python and by
+// the Go client, applied to the same fleet, must give the same result and
+// the same record of which task ran, with which result, from which queue.
+// The matrix: Python, celeriac and mixed fleets on a Redis broker and
+// backend, on RabbitMQ with db+postgresql, and on RabbitMQ with rpc://.
+// CELERIAC_CANVAS_COUNT canvases per cell (default 50; 300 in the six
+// cells of the CI set, CELERIAC_CANVAS_CELLS selects cells),
+// CELERIAC_CANVAS_SEED (default 25) reproduces them. Prints the CANVAS
+// line .ci/test greps.
+func TestCanvasDifferential(t *testing.T) {
+	seed, count := uint64(25), 50
+	if s, err := strconv.ParseUint(os.Getenv("CELERIAC_CANVAS_SEED"), 10, 64); err == nil {
+		seed = s
+	}
+	if n, err := strconv.Atoi(os.Getenv("CELERIAC_CANVAS_COUNT")); err == nil && n > 0 {
+		count = n
+	}
+	// CELERIAC_CANVAS_JSON runs one canvas (as a failure prints it) in
+	// every cell: a difference reproduced without its seed.
+	var only *cnode
+	if js := os.Getenv("CELERIAC_CANVAS_JSON"); js != "" {
+		only = new(cnode)
+		if err := json.Unmarshal([]byte(js), only); err != nil {
+			t.Fatalf("CELERIAC_CANVAS_JSON: %v", err)
+		}
+		count = 1
+	}
+	effectsURL := redisDBURL(t, workerRedisDB)
+	opt, err := goredis.ParseURL(effectsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	effects := goredis.NewClient(opt)
+	t.Cleanup(func() { effects.Close() })
+	var cells []cdCell
+	for _, be := range []struct{ broker, backend string }{{"redis", "redis"}, {"amqp", "db"}, {"amqp", "rpc"}} {
+		for _, fleet := range []string{"python", "celeriac", "mixed"} {
+			cells = append(cells, cdCell{fleet, be.broker, be.backend})
+		}
+	}
+	// The CI set is the Redis and RPC cells: on db+postgresql the tester
+	// still finds open differences (docs/canvas.md); CELERIAC_CANVAS_CELLS
+	// (a regexp on the cell name, "." for all) chooses others.
+	cellRE := regexp.MustCompile(`redis\+redis|amqp\+rpc`)
+	if v := os.Getenv("CELERIAC_CANVAS_CELLS"); v != "" {
+		re, err := regexp.Compile(v)
+		if err != nil {
+			t.Fatalf("CELERIAC_CANVAS_CELLS: %v", err)
+		}
+		cellRE = re
+	}
+	var total, equal, known, unexplained int
+	knownBy := map[string]int{}
+	for ci, cell := range cells {
+		name := cell.fleet + "/" + cell.broker + "+" + cell.backend
+		if !cellRE.MatchString(name) {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			var bc brokerCase
+			if cell.broker == "redis" {
+				bc = brokerCase{"redis", effectsURL, effectsURL}
+			} else {
+				bc = brokerCase{"rabbitmq", amqpURL(t), ""}
+			}
+			switch cell.backend {
+			case "redis":
+				bc.backend = effectsURL
+			case "db":
+				bc.backend = dbPlus(t)
+			case "rpc":
+				bc.backend = "rpc://"
+			}
+			stamp := strconv.FormatInt(time.Now().UnixNano()%1e9, 10)
+			queues := [2]string{"cd_" + stamp + "_a", "cd_" + stamp + "_b"}
+			for _, q := range queues {
+				t.Cleanup(func() { deleteQueue(t, bc, q) })
+			}
+			pyEnvs := map[string]string{"IT_BROKER": pyBrokerURL(bc.broker), "IT_BACKEND": bc.backend,
+				"IT_QUEUE": queues[0], "IT_EFFECTS": effectsURL}
+			goQueues := queues[:]
+			switch cell.fleet {
+			case "python":
+				startPythonWorker(t, pyEnvs, "it_client_app", "-Q", queues[0]+","+queues[1], "-P", "threads", "-c", "10",
+					"-n", "py-"+queues[0]+"@%h", "--without-mingle", "--without-gossip")
+				goQueues = nil
+			case "mixed":
+				startPythonWorker(t, pyEnvs, "it_client_app", "-Q", queues[0], "-P", "threads", "-c", "10",
+					"-n", "py-"+queues[0]+"@%h", "--without-mingle", "--without-gossip")
+				goQueues = queues[1:]
+			}
+			if goQueues != nil {
+				// DefaultQueue as the Python app's task_default_queue: where
+				// chain steps, callbacks and bodies without a queue go.
+				startGoWorker(t, bc, queues[0], worker.Config{Concurrency: 10, Queues: goQueues, DefaultQueue: queues[0],
+					Hostname: "go-" + queues[0] + "@%h"}, cdTasks(effects))
+			}
+			c := cdClient(t, bc, queues[0])
+			const drivers = 4
+			var ds []*pyDriver
+			for range drivers {
+				ds = append(ds, startPyDriver(t, pyEnvs))
+			}
+			o := genOptions{depth: 4, chords: cell.backend != "rpc", failures: os.Getenv("CELERIAC_CANVAS_FAILURES") == "1"}
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			sem := make(chan struct{}, drivers)
+			for i := range count {
+				cs := seed*1_000_003 + uint64(ci)*10_007 + uint64(i)
+				n := genCanvas(rand.New(rand.NewPCG(cs, 0)), o)
+				if only != nil {
+					n = only
+				}
+				sem <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-sem }()
+					d := ds[i%drivers]
+					prun, grun := fmt.Sprintf("p%s-%d", stamp, i), fmt.Sprintf("g%s-%d", stamp, i)
+					var g, gmsg string
+					var gdone sync.WaitGroup
+					gdone.Go(func() {
+						ctx, cancel := context.WithTimeout(t.Context(), cdTimeout)
+						defer cancel()
+						g, gmsg = goRun(ctx, c, n, grun, queues)
+					})
+					p, pmsg := d.run(n, prun, queues)
+					gdone.Wait()
+					pe, ge := cdEffects(t.Context(), effects, prun), cdEffects(t.Context(), effects, grun)
+					mu.Lock()
+					defer mu.Unlock()
+					total++
+					sameEffects := maps.Equal(pe, ge)
+					if g == p && sameEffects {
+						equal++
+						return
+					}
+					if n.T == "group" && sameEffects && strings.HasPrefix(p, "error:") && strings.HasPrefix(g, "error:") && p != "error: TIMEOUT" && g != "error: TIMEOUT" {
+						// Two members failed: GroupResult.get raises the
+						// failure that arrives first, on both sides, and
+						// the same tasks failed.
+						equal++
+						t.Logf("canvas seed %d: a group whose members failed: Python raised %s (%s), Go %s (%s)", cs, p, pmsg, g, gmsg)
+						return
+					}
+					js, _ := json.Marshal(n)
+					if k := cdKnown(n, cell.fleet, p, pmsg, g, pe, ge); k != "" {
+						known++
+						knownBy[k]++
+						t.Logf("known Celery difference %s, canvas seed %d: Python %s, Go %s: %s", k, cs, p, g, js)
+						return
+					}
+					unexplained++
+					t.Errorf("canvas seed %d (CELERIAC_CANVAS_SEED=%d, cell %d, #%d): result Python %s, Go %s; effects Python %v, Go %v: %s\nPython's error: %s\nGo's error: %s",
+						cs, seed, ci, i, p, g, pe, ge, js, pmsg, gmsg)
+				})
+			}
+			wg.Wait()
+		})
+	}
+	fmt.Printf("CANVAS: %d canvases, %d equal, %d known Celery differences, %d unexplained %v\n", total, equal, known, unexplained, knownBy)
+}
+
+// cdClient is a Go client on bc whose default queue is queue; on rpc:// it
+// waits on a reply queue of its own.
+func cdClient(t *testing.T, bc brokerCase, queue string) *client.Client {
+	t.Helper()
+	o := connect.Options{BrokerURL: bc.broker, ResultBackend: bc.backend, Logger: zaptest.NewLogger(t), ConnectionName: "it-cd-" + queue}
+	if bc.backend == "rpc://" {
+		o.ResultBackend = ""
+	}
+	conn, err := connect.Open(t.Context(), o)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	be := conn.Backend
+	if bc.backend == "rpc://" {
+		rc, err := rpc.NewClient(t.Context(), conn.Transport, rpc.ClientConfig{Logger: zaptest.NewLogger(t)})
+		if err != nil {
+			t.Fatalf("rpc client: %v", err)
+		}
+		t.Cleanup(func() { _ = rc.Close() })
+		be = rc
+	}
+	return client.New(conn.Transport, client.Config{Backend: be, DefaultQueue: queue})
+}
