@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -245,14 +246,24 @@ func parseURL(raw string) (brokerURL, error) {
 	b.redacted = redacted
 	b.host = u.Hostname()
 	if _, err := amqp091.ParseURI(b.dial); err != nil {
-		// net/url's errors quote the whole URL, password included.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return brokerURL{}, fmt.Errorf("amqp: broker URL %s: %v", redacted, err)
+		// Neither the URL nor amqp091's error may be shown: a password with an
+		// unescaped "/" or "@" lands in the host, port or vhost, which
+		// Redacted does not hide and amqp091's error quotes.
+		return brokerURL{}, fmt.Errorf("amqp: malformed %s broker URL: %s", u.Scheme, hostProblem(u))
 	}
 	return b, nil
+}
+
+// hostProblem names what is wrong with a URL amqp091 refuses, without quoting
+// any of it.
+func hostProblem(u *url.URL) string {
+	const hint = " (want amqp://user:password@host:port/vhost, with / and @ in the password escaped as %2F and %40)"
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return "the port is not a number from 1 to 65535" + hint
+		}
+	}
+	return "the host, port or vhost does not parse" + hint
 }
 
 // settings is a Config with defaults applied and URLs parsed.

@@ -290,6 +290,8 @@ func FuzzParseURLs(f *testing.F) {
 	f.Add("amqp://guest:guest@localhost:5672//;amqps://u:secret@h:5671/vh?heartbeat=5")
 	f.Add("pyamqp://u:secret@[::1]:5672/%2f; ;amqp://")
 	f.Add("amqps://u:secret@h:99999/")
+	f.Add("amqps://::/:secret@")        // found by CI's fuzzing: the "password" is in the vhost
+	f.Add("amqp://u:se/cret@h:5672/vh") // an unescaped "/" puts half the password in the port
 	f.Fuzz(func(t *testing.T, raw string) {
 		urls, err := parseURLs(raw, nil)
 		if err != nil {
