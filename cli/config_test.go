@@ -126,11 +126,11 @@ func TestWorkerSettings(t *testing.T) {
 		Queues: []string{"cli_a", "cli_b"}, Concurrency: 5, PrefetchMultiplier: 2, ETATaskLimit: 99,
 		SendTaskEvents: true, AcksLate: true, ResultExtended: true, TrackStarted: true,
 		TimeLimit: 30 * time.Second, SoftTimeLimit: 20500 * time.Millisecond,
-		ShutdownTimeout: 30 * time.Second, DefaultQueue: "cli_default",
+		ShutdownTimeout: 30 * time.Second, ResultTimeout: 5 * time.Minute, DefaultQueue: "cli_default",
 		Routes:         map[string]string{"tasks.add": "cli_fast", "tasks.mul": "cli_slow"},
 		QueueArguments: map[string]map[string]any{"*": {"x-max-priority": int64(10)}},
 	}
-	defaults := worker.Config{PrefetchMultiplier: 4, ShutdownTimeout: 30 * time.Second}
+	defaults := worker.Config{PrefetchMultiplier: 4, ShutdownTimeout: 30 * time.Second, ResultTimeout: 5 * time.Minute}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -152,10 +152,10 @@ func TestWorkerSettings(t *testing.T) {
 		{"prefetch 0 is unlimited", []string{"--prefetch-multiplier", "0"}, func(c *worker.Config) {
 			c.PrefetchMultiplier = -1
 		}, defaults},
-		{"worker flags without a file", []string{"-E", "--acks-late", "--shutdown-timeout", "5s", "--without-heartbeat", "--queue-order", "strict"},
+		{"worker flags without a file", []string{"-E", "--acks-late", "--shutdown-timeout", "5s", "--result-timeout", "90s", "--without-heartbeat", "--queue-order", "strict"},
 			func(c *worker.Config) {
 				c.SendTaskEvents, c.AcksLate, c.WithoutHeartbeat = true, true, true
-				c.ShutdownTimeout = 5 * time.Second
+				c.ShutdownTimeout, c.ResultTimeout = 5*time.Second, 90*time.Second
 				c.QueueOrder = worker.QueueOrderStrict
 			}, defaults},
 		{"queue weights", []string{"-Q", "high,low", "--queue-order", "weighted", "--queue-weights", "high=3, low=1"},

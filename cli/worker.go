@@ -64,6 +64,7 @@ type workerFlags struct {
 	timeLimit          float64
 	softTimeLimit      float64
 	shutdownTimeout    time.Duration
+	resultTimeout      time.Duration
 	maxMessageSize     int
 	maxNestingDepth    int
 	resultExtended     bool
@@ -140,6 +141,7 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	fl.Float64Var(&f.timeLimit, "time-limit", 0, "hard time limit in seconds (task_time_limit)")
 	fl.Float64Var(&f.softTimeLimit, "soft-time-limit", 0, "soft time limit in seconds (task_soft_time_limit)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a warm shutdown waits for running tasks")
+	fl.DurationVar(&f.resultTimeout, "result-timeout", 5*time.Minute, "how long a result write is tried again while the result backend does not answer; the task's slot stays busy meanwhile")
 	fl.IntVar(&f.maxMessageSize, "max-message-size", 0, "largest accepted message body in bytes (default 64 MiB); larger ones are dead-lettered")
 	fl.IntVar(&f.maxNestingDepth, "max-nesting-depth", 0, "deepest accepted nesting of arrays and maps in a body (default 256); deeper ones are dead-lettered")
 	fl.BoolVar(&f.resultExtended, "result-extended", false, "store name, args, kwargs, worker, retries and queue with results (result_extended)")
@@ -187,6 +189,7 @@ func workerSetup(fl *pflag.FlagSet, g *globalFlags, f *workerFlags) (worker.Conf
 		WithoutHeartbeat: f.withoutHeartbeat,
 		QueueOrder:       worker.QueueOrder(f.queueOrder),
 		ShutdownTimeout:  f.shutdownTimeout,
+		ResultTimeout:    f.resultTimeout,
 		MaxMessageSize:   f.maxMessageSize,
 		MaxNestingDepth:  f.maxNestingDepth,
 		DefaultQueue:     file.TaskDefaultQueue,

@@ -126,9 +126,9 @@ func (p *privatePG) url() string {
 // TestSQLBackendSurvivesPostgresRestart: a celeriac worker stores 600
 // results while its PostgreSQL is stopped (fast shutdown, connections
 // killed) and started again mid-run. Every result is written: the writes
-// that fail meanwhile are retried within the worker's settle budget, and
+// that fail meanwhile are retried within the worker's result budget, and
 // none is given up. Then PostgreSQL stays down: the next results are given
-// up when the budget (30 s) runs out, logged and counted as lost
+// up when the budget (ResultTimeout, 30 s here) runs out, logged and counted as lost
 // (worker.LossObserver, celeriac_results_lost_total), never dropped
 // silently.
 func TestSQLBackendSurvivesPostgresRestart(t *testing.T) {
@@ -158,8 +158,10 @@ func TestSQLBackendSurvivesPostgresRestart(t *testing.T) {
 	})
 	core, logs := observer.New(zap.ErrorLevel)
 	losses := &lossCounter{}
+	// A result budget of 30 s (the default is 5 minutes) so that the
+	// outage past it fits the test.
 	w, err := worker.New(tr, mux, worker.Config{Queues: []string{queue}, Concurrency: 4, Backend: be, AcksLate: true,
-		Logger: zap.New(core), Observer: losses})
+		Logger: zap.New(core), Observer: losses, ResultTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

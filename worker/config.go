@@ -90,6 +90,17 @@ type Config struct {
 	// after it their contexts are cancelled and unsettled messages go back to
 	// the broker. Default 30 s.
 	ShutdownTimeout time.Duration
+	// ResultTimeout bounds, from a result write's start, how long it is
+	// tried again while the result backend does not answer. The task's
+	// slot stays busy meanwhile, so a worker whose backend is away stops
+	// taking tasks instead of finishing them into the void; past it the
+	// result is given up, logged and counted (LossObserver), and an
+	// acks_late message acknowledged, as the task ran. A shutdown that
+	// gives up on running tasks ends it sooner, leaving the message
+	// unacknowledged. Default 5 minutes: longer than the outages TCP rides
+	// out unnoticed (Celery's redis_socket_timeout is 120 s); Celery itself
+	// tries a failed write again only with result_backend_always_retry.
+	ResultTimeout time.Duration
 
 	// Queues and routing.
 
@@ -217,6 +228,7 @@ const (
 	defaultPrefetchMult    = 4
 	defaultETATaskLimit    = 10000
 	defaultShutdownTimeout = 30 * time.Second
+	defaultResultTimeout   = 5 * time.Minute
 	defaultWatchdog        = 60 * time.Second
 )
 
@@ -249,6 +261,9 @@ func (c Config) withDefaults() Config {
 	c.Hostname = expandHostname(c.Hostname)
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = defaultShutdownTimeout
+	}
+	if c.ResultTimeout <= 0 {
+		c.ResultTimeout = defaultResultTimeout
 	}
 	if c.ConsumerWatchdog == 0 {
 		c.ConsumerWatchdog = defaultWatchdog

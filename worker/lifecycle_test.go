@@ -88,7 +88,7 @@ func TestLongTaskSettles(t *testing.T) {
 }
 
 // TestSettleRidesOutABackendOutage: a backend that is down when the task
-// ends is tried again within the step's budget; the result is not lost.
+// ends is tried again within the result budget; the result is not lost.
 // One that stays down past the budget is logged and counted.
 func TestSettleRidesOutABackendOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -118,11 +118,24 @@ func TestSettleRidesOutABackendOutage(t *testing.T) {
 			t.Fatalf("%d store calls; the write was not tried again", fb.Calls(backendtest.OpStore))
 		}
 
-		// Down for longer than a budget: given up, logged, counted, and the
-		// acks_late message is still acknowledged (the task ran).
+		// Down for longer than a budget (ResultTimeout, 5 minutes): tried
+		// again with a warning every 30 s meanwhile, then given up, logged,
+		// counted, and the acks_late message is still acknowledged (the
+		// task ran).
 		fb.SetFault(func(backendtest.Call) error { return errors.New("connection refused") })
 		id = h.send("tasks.add", []any{int64(1), int64(1)}, nil)
-		time.Sleep(time.Minute)
+		time.Sleep(4 * time.Minute)
+		synctest.Wait()
+		if lost.n.Load() != 0 {
+			t.Fatalf("results lost = %d within the budget, want 0", lost.n.Load())
+		}
+		if st := h.tr.Broker().Stats(); st.Unacked != 1 {
+			t.Fatalf("broker: %+v, want the message held while its result is tried", st)
+		}
+		if n := logs.FilterMessage("the result backend failed a result write; trying again").FilterField(zap.String("task_id", id)).Len(); n < 7 || n > 9 {
+			t.Fatalf("%d warnings in 4 minutes of retries, want one per 30 s", n)
+		}
+		time.Sleep(2 * time.Minute)
 		synctest.Wait()
 		if lost.n.Load() != 1 {
 			t.Fatalf("results lost = %d, want 1", lost.n.Load())

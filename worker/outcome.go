@@ -365,6 +365,9 @@ func (w *Worker) rejectUnknown(d *transport.Delivery, m *protocol.TaskMessage) {
 	w.log.Error("received unregistered task, dead-lettering it", append(taskFields(m, d),
 		zap.Strings("registered", w.mux.Names()))...)
 	err := &notRegisteredError{name: m.Name}
+	// Celery's consumer sends task-failed for it (on_unknown_task), so that
+	// Flower and the dashboard show the task and why it failed.
+	w.events.task("task-failed", map[string]any{"uuid": m.ID, "exception": fmt.Sprintf("NotRegistered(%s)", protocol.Repr(m.Name))})
 	if w.cfg.Backend != nil {
 		ex := exceptionOf(err)
 		w.storeMeta(nil, &protocol.ResultMeta{TaskID: m.ID, Status: protocol.StateFailure, Result: ex,
@@ -429,8 +432,8 @@ func (w *Worker) store(r *run, state protocol.State, result any, tb string, chil
 }
 
 // storeMeta writes a result document, adding the extended fields when
-// configured. The write gets its own settle budget and is tried again
-// within it; a write that still fails is logged and counted
+// configured. The write gets its own budget (ResultTimeout) and is tried
+// again within it; a write that still fails is logged and counted
 // (LossObserver): a result write must not crash a task, but it must
 // not disappear silently either.
 func (w *Worker) storeMeta(r *run, meta *protocol.ResultMeta, replyTo string) {
@@ -452,12 +455,31 @@ func (w *Worker) storeMeta(r *run, meta *protocol.ResultMeta, replyTo string) {
 		corr = r.p.m.CorrelationID
 	}
 	req := backend.StoreRequest{Meta: meta, ReplyTo: replyTo, CorrelationID: corr}
-	if err := w.persist(func(ctx context.Context) error { return w.cfg.Backend.Store(ctx, req) }); err != nil {
+	ctx, cancel := context.WithTimeout(w.settleBase, w.cfg.ResultTimeout)
+	defer cancel()
+	start := time.Now()
+	var warned time.Time
+	err := persistWithin(ctx, func(ctx context.Context) error {
+		err := w.cfg.Backend.Store(ctx, req)
+		// An operator watching a stalled worker must see why, without a
+		// line per attempt.
+		if err != nil && retryable(err) && ctx.Err() == nil && time.Since(warned) >= resultWarnEvery {
+			warned = time.Now()
+			w.log.Warn("the result backend failed a result write; trying again", zap.String("task_id", meta.TaskID),
+				zap.String("state", string(meta.Status)), zap.Duration("for", time.Since(start)),
+				zap.Duration("budget", w.cfg.ResultTimeout), zap.Error(err))
+		}
+		return err
+	})
+	if err != nil {
 		w.log.Error("storing the task state failed", zap.String("task_id", meta.TaskID),
 			zap.String("state", string(meta.Status)), zap.Error(err))
 		w.resultLost(meta.Status)
 	}
 }
+
+// resultWarnEvery spaces the warnings of a result write tried again.
+const resultWarnEvery = 30 * time.Second
 
 // stripDeathHeaders removes RabbitMQ's dead-lettering headers before a
 // message is published again, as Celery (main) does for retries: a retried
