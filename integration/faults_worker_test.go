@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/celeriac/celeriac/backend"
 	redisbackend "github.com/celeriac/celeriac/backend/redis"
+	sqlbackend "github.com/celeriac/celeriac/backend/sql"
 	"github.com/celeriac/celeriac/transport"
 	amqptransport "github.com/celeriac/celeriac/transport/amqp"
 	redistransport "github.com/celeriac/celeriac/transport/redis"
@@ -174,7 +176,14 @@ func runFltWorker(c fltWorkerConfig) error {
 	}
 	defer tr.Close()
 	var be backend.Backend
-	if c.Backend != "" {
+	if strings.HasPrefix(c.Backend, "db+") {
+		sb, err := sqlbackend.New(context.Background(), sqlbackend.Config{URL: c.Backend, Logger: log})
+		if err != nil {
+			return fmt.Errorf("backend %s: %w", connect.Redact(c.Backend), err)
+		}
+		defer sb.Close()
+		be = sb
+	} else if c.Backend != "" {
 		rb, err := redisbackend.New(redisbackend.Config{URL: c.Backend, TLSConfig: tlsConf, Logger: log,
 			MasterName: c.MasterName, SentinelPassword: c.SentinelPassword, WaitReplicas: c.WaitReplicas})
 		if err != nil {

@@ -450,8 +450,17 @@ func grayParallel() int {
 	return 3
 }
 
+// graySems bound the fault runs at once per broker, the result-backend
+// runs (on RabbitMQ) included.
+var graySems sync.Map // kind -> chan struct{}
+
+func graySem(kind string) chan struct{} {
+	sem, _ := graySems.LoadOrStore(kind, make(chan struct{}, grayParallel()))
+	return sem.(chan struct{})
+}
+
 func runGrayMatrix(t *testing.T, kind string) {
-	sem := make(chan struct{}, grayParallel())
+	sem := graySem(kind)
 	for _, f := range grayFaults(kind) {
 		t.Run(f.name, func(t *testing.T) {
 			t.Parallel()

@@ -14,6 +14,8 @@ Environment:
   IT_TRANSPORT_OPTIONS  JSON merged into broker_transport_options (master_name, ...)
   IT_RATE        if set, publish at most this many tasks a second (so that
                  publishing lasts through the faults of a run)
+  IT_RESULTS     if set, the tasks ask for their results to be stored
+                 (else ignore_result, which Celery 5 sends in the message)
   IT_RETRY       if set, a publish that raises is retried (up to 600 times,
                  0.1 s apart), as a producer that must not drop tasks would
                  do across a broker failover; retries are counted
@@ -52,7 +54,7 @@ if extra:
     app.conf.result_backend_transport_options = extra
 
 
-@app.task(name="flt.record", ignore_result=True)
+@app.task(name="flt.record", ignore_result=not os.environ.get("IT_RESULTS"))
 def record(key, sleep_ms):
     raise NotImplementedError("flt.record runs in the Go worker")
 

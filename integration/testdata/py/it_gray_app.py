@@ -9,6 +9,8 @@ Environment:
   IT_QUEUE    queue (also its exchange and routing key)
   IT_EFFECTS  Redis URL of the effect store (not proxied)
   IT_PREFIX   effect key prefix
+  IT_BACKEND  result backend URL (through the test's fault proxy), if any:
+              flt.record then stores its result
 """
 import os
 
@@ -18,7 +20,8 @@ from kombu import Exchange, Queue
 
 queue = os.environ["IT_QUEUE"]
 prefix = os.environ["IT_PREFIX"]
-app = Celery("it_gray", broker=os.environ["IT_BROKER"])
+backend = os.environ.get("IT_BACKEND") or None
+app = Celery("it_gray", broker=os.environ["IT_BROKER"], backend=backend)
 app.conf.update(
     task_default_queue=queue,
     task_queues=[Queue(queue, Exchange(queue), routing_key=queue)],
@@ -48,7 +51,7 @@ return 0
 keys = [prefix + ":deliveries", prefix + ":effects", prefix + ":effect_count", prefix + ":redelivered"]
 
 
-@app.task(name="flt.record", bind=True, ignore_result=True)
+@app.task(name="flt.record", bind=True, ignore_result=backend is None)
 def record(self, key, sleep_ms):
     redelivered = "1" if (self.request.delivery_info or {}).get("redelivered") else "0"
     return record_script(keys=keys, args=[key, redelivered]) == 1
