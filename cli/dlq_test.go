@@ -293,7 +293,10 @@ func TestDLQCommands(t *testing.T) {
 					Queue   string         `json:"queue"`
 					Headers map[string]any `json:"headers"`
 					Body    []any          `json:"body"`
-					Reason  struct{ TaskID, Reason string }
+					Reason  struct {
+						TaskID string `json:"task_id"`
+						Reason string `json:"reason"`
+					} `json:"reason"`
 				}
 				if err := json.Unmarshal([]byte(mustCLI(t, "-b", broker, "dlq", "show", q, ref)), &doc); err != nil {
 					t.Fatalf("show %s: %v", ref, err)

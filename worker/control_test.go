@@ -451,3 +451,35 @@ func TestControlSelection(t *testing.T) {
 		t.Error("not a destination, replied")
 	}
 }
+
+// TestUnknownTaskSendsTaskFailed: as Celery's consumer (on_unknown_task), a
+// task no handler knows is reported with task-failed, so that Flower and
+// the dashboard show it and why.
+func TestUnknownTaskSendsTaskFailed(t *testing.T) {
+	h := newHarness(t, worker.Config{Hostname: "w3@test", SendTaskEvents: true})
+	h.mux.HandleFunc("tasks.add", add)
+	sub, err := h.tr.Subscribe(context.Background(), transport.Broadcast{Exchange: "celeryev", ExchangeType: transport.Topic, BindingKey: "#"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	h.start()
+	id := h.send("tasks.nope", nil, nil)
+	h.wait(id)
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case d := <-sub.Deliveries():
+			for _, m := range decodeEvents(t, d) {
+				if m["type"] == "task-failed" {
+					if m["uuid"] != id || m["exception"] != "NotRegistered('tasks.nope')" || m["hostname"] != "w3@test" {
+						t.Fatalf("task-failed = %v", m)
+					}
+					return
+				}
+			}
+		case <-deadline:
+			t.Fatal("no task-failed event for the unregistered task")
+		}
+	}
+}

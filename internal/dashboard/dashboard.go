@@ -107,6 +107,18 @@ type Dashboard struct {
 	qmu     sync.Mutex
 	samples map[string]*queueSample
 	sampled time.Time
+	// brokerErr is why the last sample reached no queue at all ("" when
+	// one answered), since brokerDown.
+	brokerErr  string
+	brokerDown time.Time
+}
+
+// BrokerDown reports whether the last queue sample reached the broker for
+// no queue, why, and since when.
+func (d *Dashboard) BrokerDown() (string, time.Time) {
+	d.qmu.Lock()
+	defer d.qmu.Unlock()
+	return d.brokerErr, d.brokerDown
 }
 
 // New returns a dashboard; it loads PersistFile when set.
@@ -324,6 +336,8 @@ type queueSample struct {
 
 type band struct{ Priority, Len int }
 
+const errCannotCount = "this transport cannot count messages"
+
 // QueueInspector is what the queues page needs beyond transport.Admin:
 // RabbitMQ's consumers and max priority, Redis's priority bands. The
 // command adapts the transports to it.
@@ -368,7 +382,7 @@ func (d *Dashboard) sampleQueues(ctx context.Context) []queueSample {
 			}
 			s.Depth = n
 		default:
-			s.Err = "this transport cannot count messages"
+			s.Err = errCannotCount
 		}
 		cancel()
 		d.qmu.Lock()
@@ -384,7 +398,28 @@ func (d *Dashboard) sampleQueues(ctx context.Context) []queueSample {
 		d.qmu.Unlock()
 		out = append(out, s)
 	}
+	// Every queue failing is the broker, not a queue: the pages say so
+	// rather than show last figures as current.
+	down := ""
+	for i, s := range out {
+		if s.Err == "" || s.Err == errCannotCount {
+			down = ""
+			break
+		}
+		if i == 0 {
+			down = s.Err
+		}
+	}
 	d.qmu.Lock()
+	switch {
+	case down == "":
+		d.brokerErr, d.brokerDown = "", time.Time{}
+	case d.brokerErr == "":
+		d.brokerErr, d.brokerDown = clip(down, 300), now
+		d.log.Warn("the broker does not answer", zap.String("error", down))
+	default:
+		d.brokerErr = clip(down, 300)
+	}
 	d.sampled = now
 	for q := range d.samples {
 		if !slices.Contains(names, q) {

@@ -35,20 +35,41 @@ func ev(typ, id string, kv ...any) map[string]any {
 	return m
 }
 
+// at stamps an event sec seconds into a fixed minute: the store orders
+// runs by the events' timestamps.
+func at(sec float64, e map[string]any) map[string]any {
+	e["timestamp"] = 1.7e9 + sec
+	return e
+}
+
 func TestStoreStates(t *testing.T) {
 	tests := []struct {
 		name   string
 		events []map[string]any
 		want   string
+		filter string // also found by this state filter
 	}{
-		{"lifecycle", []map[string]any{ev("task-received", "a"), ev("task-started", "a"), ev("task-succeeded", "a")}, StateSuccess},
+		{"lifecycle", []map[string]any{at(1, ev("task-received", "a")), at(2, ev("task-started", "a")), at(3, ev("task-succeeded", "a"))}, StateSuccess, ""},
 		// Events arrive batched and from several workers: a late
 		// received never moves a finished task back.
-		{"late received", []map[string]any{ev("task-succeeded", "a"), ev("task-received", "a")}, StateSuccess},
-		{"retry then success", []map[string]any{ev("task-started", "a"), ev("task-retried", "a"), ev("task-succeeded", "a")}, StateSuccess},
-		{"retried", []map[string]any{ev("task-started", "a"), ev("task-retried", "a")}, StateRetry},
-		{"revoked", []map[string]any{ev("task-received", "a"), ev("task-revoked", "a", "terminated", true)}, StateRevoked},
-		{"failed", []map[string]any{ev("task-received", "a"), ev("task-failed", "a", "exception", "ValueError()")}, StateFailure},
+		{"late received", []map[string]any{at(3, ev("task-succeeded", "a")), at(1, ev("task-received", "a"))}, StateSuccess, ""},
+		{"late sent, from a client clock ahead", []map[string]any{at(3, ev("task-succeeded", "a")), at(9, ev("task-sent", "a"))}, StateSuccess, ""},
+		{"retry then success", []map[string]any{at(1, ev("task-started", "a")), at(2, ev("task-retried", "a")), at(3, ev("task-succeeded", "a"))}, StateSuccess, ""},
+		{"retried", []map[string]any{at(1, ev("task-started", "a")), at(2, ev("task-retried", "a"))}, StateRetry, StateRetry},
+		// The retry's message is received at once and waits for its
+		// countdown: RECEIVED, as celery.events.state has it, and still
+		// what the RETRY filter finds.
+		{"retried, waiting for its countdown", []map[string]any{at(1, ev("task-started", "a")), at(2, ev("task-retried", "a")),
+			at(2.1, ev("task-received", "a", "retries", int64(1)))}, StateReceived, StateRetry},
+		{"revoked", []map[string]any{at(1, ev("task-received", "a")), at(2, ev("task-revoked", "a", "terminated", true))}, StateRevoked, ""},
+		{"revoked, then a late received", []map[string]any{at(2, ev("task-revoked", "a")), at(1, ev("task-received", "a"))}, StateRevoked, ""},
+		{"failed", []map[string]any{at(1, ev("task-received", "a")), at(2, ev("task-failed", "a", "exception", "ValueError()"))}, StateFailure, ""},
+		// A dead letter replayed: its new run's events are newer than the
+		// failure, and the task runs again.
+		{"replayed after failing", []map[string]any{at(1, ev("task-received", "a")), at(2, ev("task-failed", "a")),
+			at(60, ev("task-received", "a")), at(61, ev("task-started", "a"))}, StateStarted, ""},
+		{"replayed, then succeeded", []map[string]any{at(1, ev("task-received", "a")), at(2, ev("task-failed", "a")),
+			at(60, ev("task-received", "a")), at(61, ev("task-started", "a")), at(62, ev("task-succeeded", "a")), at(1.5, ev("task-started", "a"))}, StateSuccess, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -60,7 +81,30 @@ func TestStoreStates(t *testing.T) {
 			if !ok || got.State != tc.want {
 				t.Fatalf("state %q (known %v), want %q", got.State, ok, tc.want)
 			}
+			if tc.filter != "" {
+				if _, n := s.Tasks(Filter{State: tc.filter}, 0, 10); n != 1 {
+					t.Errorf("the %s filter finds %d tasks, want 1", tc.filter, n)
+				}
+			}
 		})
+	}
+}
+
+// TestStoreRetriedTask: what a task that retried and then succeeded shows:
+// its own outcome, not the retry's exception, and no relation to itself
+// (a retry's parent_id is the task's own id, a root task's root_id too).
+func TestStoreRetriedTask(t *testing.T) {
+	s := NewStore(10)
+	s.Apply(at(1, ev("task-received", "r", "root_id", "r")))
+	s.Apply(at(2, ev("task-retried", "r", "exception", "ConnectionError('down')", "traceback", "Traceback (most recent call last): ...")))
+	s.Apply(at(2.1, ev("task-received", "r", "retries", int64(1), "parent_id", "r", "root_id", "r")))
+	s.Apply(at(3, ev("task-succeeded", "r", "result", "'ok'")))
+	got, _ := s.Task("r")
+	if got.State != StateSuccess || got.Result != "'ok'" || got.Exception != "" || got.Traceback != "" {
+		t.Errorf("retried, then succeeded: state %s, result %q, exception %q, traceback %q", got.State, got.Result, got.Exception, got.Traceback)
+	}
+	if got.ParentID != "" || got.RootID != "" || len(got.Children) != 0 {
+		t.Errorf("the task is related to itself: parent %q, root %q, children %v", got.ParentID, got.RootID, got.Children)
 	}
 }
 
@@ -433,7 +477,11 @@ func actionCases(e *env) []actionCase {
 	called := func(e *env) bool { return len(e.ctl.take()) > 0 }
 	var cases []actionCase
 	for _, op := range []string{"ping", "shutdown", "pool_grow", "pool_shrink", "enable_events", "disable_events"} {
-		cases = append(cases, actionCase{"/action/worker", url.Values{"op": {op}, "worker": {"w1@host"}}, called, nil})
+		form := url.Values{"op": {op}, "worker": {"w1@host"}}
+		if op == "shutdown" {
+			form.Set("confirm", "yes")
+		}
+		cases = append(cases, actionCase{"/action/worker", form, called, nil})
 	}
 	cases = append(cases,
 		actionCase{"/action/worker", url.Values{"op": {"rate_limit"}, "worker": {"w1@host"}, "task_name": {"tasks.add"}, "rate_limit": {"10/s"}}, called, nil},
@@ -603,7 +651,7 @@ func TestWorkerActionsSend(t *testing.T) {
 		{url.Values{"op": {"pool_grow"}, "n": {"3"}}, `pool_grow {"n":3} [w@h]`},
 		{url.Values{"op": {"pool_shrink"}}, `pool_shrink {"n":1} [w@h]`},
 		{url.Values{"op": {"rate_limit"}, "task_name": {"tasks.add"}, "rate_limit": {"5/m"}}, `rate_limit {"rate_limit":"5/m","task_name":"tasks.add"} [w@h]`},
-		{url.Values{"op": {"shutdown"}}, `shutdown {} [w@h]`},
+		{url.Values{"op": {"shutdown"}, "confirm": {"yes"}}, `shutdown {} [w@h]`},
 	} {
 		tc.form.Set("csrf", csrf)
 		tc.form.Set("worker", "w@h")
@@ -615,6 +663,38 @@ func TestWorkerActionsSend(t *testing.T) {
 	e.post(c, "/action/revoke", url.Values{"csrf": {csrf}, "id": {"t9"}, "terminate": {"1"}}, bearer)
 	if got := e.ctl.take(); len(got) != 1 || got[0] != `revoke {"signal":"SIGTERM","task_id":["t9"],"terminate":true} []` {
 		t.Errorf("revoke terminate sent %q", got)
+	}
+}
+
+// TestShutdownAsksFirst: shutting a worker down takes a second click, on a
+// confirmation page that names the worker; offline workers are listed
+// apart, with nothing to act on.
+func TestShutdownAsksFirst(t *testing.T) {
+	e := newEnv(t, Options{AuthToken: "tok"})
+	c := e.client()
+	csrf := e.csrf(c)
+	bearer := map[string]string{"Authorization": "Bearer tok"}
+	resp, body := e.post(c, "/action/worker", url.Values{"csrf": {csrf}, "op": {"shutdown"}, "worker": {"w@h"}}, bearer)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `id="confirm-shutdown"`) || !strings.Contains(body, "w@h") {
+		t.Fatalf("shutdown without confirmation: %d\n%s", resp.StatusCode, body)
+	}
+	if got := e.ctl.take(); len(got) != 0 {
+		t.Fatalf("an unconfirmed shutdown sent %q", got)
+	}
+	resp, _ = e.post(c, "/action/worker", url.Values{"csrf": {csrf}, "op": {"shutdown"}, "worker": {"w@h"}, "confirm": {"yes"}}, bearer)
+	if got := e.ctl.take(); resp.StatusCode != http.StatusSeeOther || len(got) != 1 || got[0] != `shutdown {} [w@h]` {
+		t.Fatalf("confirmed shutdown: %d, sent %q", resp.StatusCode, got)
+	}
+
+	now := float64(time.Now().UnixNano()) / 1e9
+	e.d.store.Apply(map[string]any{"type": "worker-heartbeat", "hostname": "up@h", "timestamp": now, "freq": 2.0})
+	e.d.store.Apply(map[string]any{"type": "worker-offline", "hostname": "gone@h", "timestamp": now})
+	e.login(c, "tok")
+	_, page := e.get(c, "/workers")
+	on, off, found := strings.Cut(page, `id="workers-offline"`)
+	if !found || !strings.Contains(on, `data-worker="up@h"`) || strings.Contains(on, `data-worker="gone@h"`) ||
+		!strings.Contains(off, `data-worker="gone@h"`) || strings.Contains(off, "<button") {
+		t.Errorf("workers page: online and offline workers not apart, or actions on an offline one:\n%s", page)
 	}
 }
 
@@ -803,5 +883,31 @@ func TestQueuesPage(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("queues page lacks %q:\n%s", want, body)
 		}
+	}
+}
+
+// TestBrokerDownBanner: when no queue can be sampled, the pages say the
+// broker does not answer (banner, header) and show depths as unknown, not
+// as 0.
+func TestBrokerDownBanner(t *testing.T) {
+	e := newEnv(t, Options{AuthToken: "tok"})
+	c := e.client()
+	e.login(c, "tok")
+	e.d.sampleQueues(t.Context())
+	if _, body := e.get(c, "/queues"); strings.Contains(body, `id="broker-down">The broker`) || !strings.Contains(body, `<td class="depth">0</td>`) {
+		t.Fatalf("broker up: banner shown or depth missing:\n%s", body)
+	}
+	e.tr.Close()
+	e.d.sampleQueues(t.Context())
+	_, body := e.get(c, "/queues")
+	if !strings.Contains(body, `id="broker-down">The broker does not answer since `) || !strings.Contains(body, " UTC: ") ||
+		!strings.Contains(body, `<span id="live-state">broker down</span>`) {
+		t.Errorf("broker down: no banner:\n%s", body)
+	}
+	if strings.Contains(body, `<td class="depth">0</td>`) || !strings.Contains(body, `<span class="unknown"`) {
+		t.Errorf("broker down: depth not shown as unknown:\n%s", body)
+	}
+	if down, since := e.d.BrokerDown(); down == "" || since.IsZero() {
+		t.Errorf("BrokerDown() = %q, %v", down, since)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -40,12 +41,7 @@ var funcs = template.FuncMap{
 		}
 		return d.String() + " ago"
 	},
-	"clock": func(t time.Time) string {
-		if t.IsZero() {
-			return "-"
-		}
-		return t.UTC().Format("2006-01-02 15:04:05.000")
-	},
+	"clock": zoned,
 	"secs": func(f float64) string {
 		if f <= 0 {
 			return "-"
@@ -64,6 +60,15 @@ var funcs = template.FuncMap{
 	},
 }
 
+// zoned is how pages show a time: UTC, and saying so, since the workers'
+// clocks and the reader's zone differ.
+func zoned(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.000 UTC")
+}
+
 var pages = template.Must(template.New("").Funcs(funcs).ParseFS(assets, "templates/*.html"))
 
 // page is what every template gets.
@@ -78,6 +83,10 @@ type page struct {
 	NoAuth   bool
 	Flash    string
 	Broker   string
+	// BrokerDown is why the broker does not answer, since BrokerDownSince
+	// ("" when it does).
+	BrokerDown      string
+	BrokerDownSince time.Time
 	Stats    Stats
 	Now      time.Time
 	Self     string // this page's path and query, for "back" links
@@ -173,6 +182,7 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, p
 	p.Broker = d.o.BrokerScheme
 	if p.Authed || !d.authConfigured() {
 		p.Stats = d.store.Stats()
+		p.BrokerDown, p.BrokerDownSince = d.BrokerDown()
 	}
 	p.Now = time.Now()
 	p.Self = r.URL.RequestURI()
@@ -522,9 +532,10 @@ func (d *Dashboard) dlqPage(w http.ResponseWriter, r *http.Request) {
 			msgs, dq.More = msgs[:dlqListLimit], true
 		}
 		for _, m := range msgs {
+			errText := d.deadError(r.Context(), m, false)
 			dq.Rows = append(dq.Rows, deadRow{
 				ID: m.ID, TaskID: deadletter.TaskID(m), TaskName: deadletter.TaskName(m),
-				Reason: m.Reason.Reason, Error: clip(d.deadError(r.Context(), m, false), 300), Time: m.Reason.Time,
+				Reason: deadReason(m, errText), Error: clip(errText, 300), Time: m.Reason.Time,
 				Retries: fmt.Sprint(m.Message.Headers["retries"]),
 			})
 		}
@@ -539,6 +550,20 @@ type dlqShowData struct {
 	ID    string
 	Doc   string
 	Error string
+}
+
+// deadReason is a dead letter's reason: the worker's (Redis), else, where
+// RabbitMQ says only "rejected", the one its error names.
+func deadReason(m transport.DeadMessage, errText string) string {
+	if m.Reason.Reason == "rejected" {
+		switch {
+		case strings.HasPrefix(errText, "NotRegistered("):
+			return "not-registered"
+		case strings.HasPrefix(errText, "InvalidTaskError("):
+			return "invalid"
+		}
+	}
+	return m.Reason.Reason
 }
 
 // deadError is why a dead letter's task failed: what the worker recorded
@@ -727,6 +752,11 @@ func (d *Dashboard) workerAction(w http.ResponseWriter, r *http.Request) {
 	// may take longer than a broadcast's collection time.
 	o := client.ControlOptions{Destination: []string{host}, Limit: 1, Timeout: max(d.o.ControlTimeout, 5*time.Second)}
 	if op == "shutdown" {
+		if r.PostFormValue("confirm") != "yes" {
+			d.render(w, r, http.StatusOK, page{Title: "Confirm shutdown", Nav: "workers", Template: "confirm-shutdown",
+				Data: struct{ Worker string }{host}})
+			return
+		}
 		if err := d.o.Control.Cast(r.Context(), method, args, o); err != nil {
 			done(w, r, "/workers", "shutdown: "+err.Error())
 			return
@@ -842,11 +872,16 @@ func (d *Dashboard) replayAction(w http.ResponseWriter, r *http.Request) {
 
 type confirmData struct {
 	Queue string
-	IDs   []string
+	IDs   []string // as given: what the confirmation posts again
+	Items []confirmItem
 	All   bool
 	Count int
 	Back  string
 }
+
+// confirmItem is a dead letter as the confirmation names it: by its task,
+// not by the store's id (a delivery tag on Redis).
+type confirmItem struct{ TaskID, TaskName string }
 
 // purgeAction deletes dead letters for good, so it asks first: without
 // confirm=yes it shows what would go and a button that repeats the request
@@ -874,6 +909,18 @@ func (d *Dashboard) purgeAction(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.PostFormValue("confirm") != "yes" {
 		cd := confirmData{Queue: q, IDs: given, All: all, Count: len(ids), Back: safeBack(r.PostFormValue("back"), dlqBack(q))}
+		if !all {
+			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+			msgs, _ := store.DeadLetters(ctx, q, dlqListLimit)
+			cancel()
+			for _, id := range ids {
+				item := confirmItem{TaskID: id}
+				if m, ok := deadletter.Find(msgs, id); ok {
+					item = confirmItem{TaskID: deadletter.TaskID(m), TaskName: deadletter.TaskName(m)}
+				}
+				cd.Items = append(cd.Items, item)
+			}
+		}
 		if all {
 			msgs, err := store.DeadLetters(r.Context(), q, 0)
 			if err != nil {
@@ -948,7 +995,10 @@ func (d *Dashboard) sse(w http.ResponseWriter, r *http.Request) {
 		case <-ch:
 			ch, _ = d.store.Changed()
 			st := d.store.Stats()
-			if !write(fmt.Sprintf("event: change\ndata: {\"version\":%d,\"tasks\":%d,\"workers\":%d}\n\n", st.Version, st.Tasks, st.Workers)) {
+			down, since := d.BrokerDown()
+			data, _ := json.Marshal(map[string]any{"version": st.Version, "tasks": st.Tasks, "workers": st.Workers,
+				"broker_down": down, "broker_down_since": zoned(since)})
+			if !write("event: change\ndata: " + string(data) + "\n\n") {
 				return
 			}
 			select {

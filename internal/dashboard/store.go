@@ -83,7 +83,10 @@ type Task struct {
 	Started   time.Time `json:"started,omitzero"`
 	Succeeded time.Time `json:"succeeded,omitzero"`
 	Failed    time.Time `json:"failed,omitzero"`
-	Updated   time.Time `json:"updated"`
+	// Ended is the timestamp of the event that put the task in its final
+	// state: later events of the same run do not move it, newer ones do.
+	Ended   time.Time `json:"ended,omitzero"`
+	Updated time.Time `json:"updated"`
 }
 
 // Worker is one worker, Python or Go, from its events and its replies to
@@ -356,8 +359,14 @@ func (s *Store) applyTask(typ string, ev map[string]any, ts time.Time) {
 	if ts.After(t.Updated) {
 		t.Updated = ts
 	}
-	if st, ok := eventStates[typ]; ok && !ready(t.State) {
+	if st, ok := eventStates[typ]; ok && (!ready(t.State) || typ != "task-sent" && !t.Ended.IsZero() && ts.After(t.Ended)) {
+		// A final state holds against late events of the run that ended
+		// it; a worker's event stamped after that end is a new run (a
+		// replayed dead letter, a redelivery) and moves the task again.
 		t.State = st
+		if ready(st) {
+			t.Ended = ts
+		}
 	}
 	if v := str(ev["name"]); v != "" {
 		t.Name = clip(v, 256)
@@ -380,13 +389,15 @@ func (s *Store) applyTask(typ string, ev map[string]any, ts time.Time) {
 	if v := str(ev["expires"]); v != "" {
 		t.Expires = clip(v, 64)
 	}
-	if v := str(ev["parent_id"]); v != "" && t.ParentID == "" {
+	// A retry is sent by the task itself: its parent_id is its own id, and
+	// a root task's root_id is its own too; neither is a relation.
+	if v := str(ev["parent_id"]); v != "" && t.ParentID == "" && v != id {
 		t.ParentID = clip(v, 128)
 		if p := s.tasks[t.ParentID]; p != nil && len(p.Children) < maxChildren && !slices.Contains(p.Children, id) {
 			p.Children = append(p.Children, id)
 		}
 	}
-	if v := str(ev["root_id"]); v != "" {
+	if v := str(ev["root_id"]); v != "" && v != id {
 		t.RootID = clip(v, 128)
 	}
 	switch typ {
@@ -399,9 +410,12 @@ func (s *Store) applyTask(typ string, ev map[string]any, ts time.Time) {
 	case "task-succeeded":
 		t.Succeeded = ts
 		t.Result = clip(str(ev["result"]), maxReprLen)
+		// What an earlier try or run raised is history, not this outcome.
+		t.Exception, t.Traceback = "", ""
 	case "task-failed", "task-retried":
 		if typ == "task-failed" {
 			t.Failed = ts
+			t.Result = ""
 		}
 		t.Exception = clip(str(ev["exception"]), maxReprLen)
 		t.Traceback = clip(str(ev["traceback"]), maxTraceLen)
@@ -540,6 +554,13 @@ func (s *Store) Task(id string) (Task, bool) {
 	return c, true
 }
 
+// retrying reports whether a task is between tries: a retry's new message
+// is received at once (and waits for its countdown), which moves the task
+// out of RETRY, as in celery.events.state; the RETRY filter still finds it.
+func (t *Task) retrying() bool {
+	return t.State == StateRetry || t.Retries > 0 && !ready(t.State)
+}
+
 // Filter selects tasks; zero fields select all.
 type Filter struct {
 	Name, State, Worker string
@@ -550,7 +571,7 @@ func (f Filter) match(t *Task) bool {
 	if f.Name != "" && !strings.Contains(t.Name, f.Name) {
 		return false
 	}
-	if f.State != "" && t.State != f.State {
+	if f.State != "" && t.State != f.State && !(f.State == StateRetry && t.retrying()) {
 		return false
 	}
 	if f.Worker != "" && !strings.Contains(t.Worker, f.Worker) {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
@@ -88,10 +89,37 @@ func Find(msgs []transport.DeadMessage, id string) (transport.DeadMessage, bool)
 // it: the body decoded when its content type allows, else base64 and the
 // decoding error.
 func Doc(m transport.DeadMessage) map[string]any {
+	// Celery's and AMQP's names, not Go's field names: this is what
+	// operators compare with the message a producer sent.
+	reason := map[string]any{"reason": m.Reason.Reason}
+	for k, v := range map[string]string{"error": m.Reason.Error, "task_id": m.Reason.TaskID, "task_name": m.Reason.TaskName} {
+		if v != "" {
+			reason[k] = v
+		}
+	}
+	if !m.Reason.Time.IsZero() {
+		reason["time"] = m.Reason.Time.UTC().Format(time.RFC3339Nano)
+	}
+	p := m.Message.Properties
+	props := map[string]any{}
+	for k, v := range p.Extra {
+		props[k] = JSONable(v)
+	}
+	for k, v := range map[string]string{"correlation_id": p.CorrelationID, "reply_to": p.ReplyTo, "expiration": p.Expiration} {
+		if v != "" {
+			props[k] = v
+		}
+	}
+	if p.DeliveryMode != 0 {
+		props["delivery_mode"] = int64(p.DeliveryMode)
+	}
+	if p.Priority != 0 {
+		props["priority"] = int64(p.Priority)
+	}
 	doc := map[string]any{
 		"id": m.ID, "queue": m.Queue, "exchange": m.Exchange, "routing_key": m.RoutingKey,
-		"reason": m.Reason, "content_type": m.Message.ContentType,
-		"headers": JSONable(m.Message.Headers), "properties": m.Message.Properties,
+		"reason": reason, "content_type": m.Message.ContentType,
+		"headers": JSONable(m.Message.Headers), "properties": props,
 	}
 	if v, err := protocol.Unmarshal(m.Message.ContentType, m.Message.Body, protocol.DecodeOptions{}); err == nil {
 		doc["body"] = JSONable(v)

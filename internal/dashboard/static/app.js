@@ -32,16 +32,27 @@
       });
   }
   var es = new EventSource("/events");
+  var bannerEl = document.getElementById("broker-down");
+  var brokerOK = !bannerEl || bannerEl.hidden;
   function counts(ev) {
     try {
       var c = JSON.parse(ev.data);
       var w = document.getElementById("count-workers"), t = document.getElementById("count-tasks");
       if (w) w.textContent = String(c.workers);
       if (t) t.textContent = String(c.tasks);
+      // The stream is live, the broker may not be: say which.
+      var banner = document.getElementById("broker-down");
+      brokerOK = !c.broker_down;
+      if (banner) {
+        banner.hidden = brokerOK;
+        banner.textContent = brokerOK ? "" : "The broker does not answer since " + c.broker_down_since + ": " +
+          c.broker_down + ". Workers, tasks and queues below are as last seen; queue depths are unknown.";
+      }
+      if (state) state.textContent = brokerOK ? "live" : "broker down";
     } catch (e) {}
   }
   es.addEventListener("change", function (ev) { counts(ev); refresh(); });
-  es.onopen = function () { if (state) state.textContent = "live"; };
+  es.onopen = function () { if (state) state.textContent = brokerOK ? "live" : "broker down"; };
   es.onerror = function () {
     if (state) state.textContent = "reconnecting";
     // A refused stream (401: the session ended) is not retried by the
