@@ -391,6 +391,11 @@ func testDashboardInBrowser(t *testing.T, e *dashEnv, chromium string) {
 	e.click(fmt.Sprintf(`tr.dead-letter[data-task=%s] input[type=checkbox]`, jsq(pid)))
 	e.click(`button.purge-selected`)
 	e.waitJS("the confirmation", `!!document.getElementById('confirm-purge')`)
+	// It names the dead letters by task id (on Redis the store's id is a
+	// delivery tag, which tells a person nothing).
+	if got := e.text("#confirm"); !strings.Contains(got, pid) || !strings.Contains(got, "dash.fragile") {
+		t.Errorf("the purge confirmation does not name task %s:\n%s", pid, got)
+	}
 	e.shot("purge-confirm")
 	if n := e.deadCount(); n != 1 {
 		t.Fatalf("%d dead letters while the purge waits for confirmation, want 1", n)
@@ -400,6 +405,33 @@ func testDashboardInBrowser(t *testing.T, e *dashEnv, chromium string) {
 	if n := e.deadCount(); n != 0 {
 		t.Errorf("%d dead letters after the purge", n)
 	}
+
+	// A task that retried, then succeeded, shows its outcome, not the
+	// retry's exception, and is not its own parent, root or child.
+	fid := e.send("tasks.flaky", []any{1}, 0, e.goQ)
+	e.nav("/task/" + fid)
+	e.waitJS("the flaky task succeeds after one retry", `(document.getElementById('task-state')||{}).textContent === 'SUCCESS' &&
+		(document.getElementById('task-result')||{}).textContent?.includes('succeeded after 1 retries') === true`)
+	e.waitJS("no exception, no relation to itself", `!document.getElementById('task-exception') &&
+		document.getElementById('task-parent').textContent === '' && document.getElementById('task-root').textContent === '' &&
+		document.getElementById('task-children').textContent.trim() === ''`)
+	// Times say their zone; a task id stays on one line.
+	if got := e.text("#live"); !strings.Contains(got, " UTC") {
+		t.Errorf("the task page's times have no zone:\n%s", got)
+	}
+	e.waitJS("the task id on one line", `document.getElementById('task-id').getClientRects().length === 1 && document.getElementById('task-id').getBoundingClientRect().height < 30`)
+	e.shot("task-retried")
+
+	// An unregistered task is visible (the worker sends task-failed, as
+	// Celery's consumer does) and its dead letter says why, on both brokers.
+	uid := e.send("dash.nope", []any{1}, 0, e.goQ)
+	e.nav("/task/" + uid)
+	e.waitJS("the unregistered task failed", `(document.getElementById('task-state')||{}).textContent === 'FAILURE' &&
+		(document.getElementById('task-exception')||{}).textContent === "NotRegistered('dash.nope')"`)
+	e.nav(dlqPage)
+	e.waitJS("its dead letter says why", fmt.Sprintf(`(() => { const r = document.querySelector('tr.dead-letter[data-task=%s]');
+		return !!r && r.querySelector('td.reason').textContent === 'not-registered' && r.querySelector('td.dead-error').textContent.includes('NotRegistered') })()`, jsq(uid)))
+	e.shot("dlq-unregistered")
 
 	// Revoke from the UI stops a countdown task, held by the Python worker
 	// (its own queue) and by the celeriac worker (its own queue).
@@ -440,6 +472,18 @@ func testDashboardInBrowser(t *testing.T, e *dashEnv, chromium string) {
 	if n := e.dialogs.Load(); n != 0 {
 		t.Errorf("%d JavaScript dialogs opened", n)
 	}
+
+	// Shutting a worker down asks first, naming it; cancelling leaves it
+	// running.
+	e.nav("/workers")
+	e.click(fmt.Sprintf(`tr[data-worker=%s] button[value=shutdown]`, jsq(e.goNode)))
+	e.waitJS("the shutdown confirmation", `!!document.getElementById('confirm-shutdown')`)
+	if got := e.text("#confirm"); !strings.Contains(got, e.goNode) {
+		t.Errorf("the shutdown confirmation does not name %s:\n%s", e.goNode, got)
+	}
+	e.shot("shutdown-confirm")
+	e.click(`#cancel-shutdown`)
+	e.waitJS("the celeriac worker still online after cancelling", fmt.Sprintf(`location.pathname === '/workers' && (document.querySelector('tr[data-worker=%s]')||{}).textContent?.includes('online') === true`, jsq(e.goNode)))
 
 	// Reading works without JavaScript: a tab with scripts disabled gets
 	// the same stream, rendered by the server.

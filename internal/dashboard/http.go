@@ -87,10 +87,10 @@ type page struct {
 	// ("" when it does).
 	BrokerDown      string
 	BrokerDownSince time.Time
-	Stats    Stats
-	Now      time.Time
-	Self     string // this page's path and query, for "back" links
-	Data     any
+	Stats           Stats
+	Now             time.Time
+	Self            string // this page's path and query, for "back" links
+	Data            any
 }
 
 // routes are every route the dashboard serves; Handler registers each
