@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/internal/dashboard"
 	amqptransport "github.com/celeriac/celeriac/transport/amqp"
 	redistransport "github.com/celeriac/celeriac/transport/redis"
@@ -99,8 +100,11 @@ History is bounded (--max-tasks, the newest kept) and kept in memory; with
 					}
 				}
 			}
+			// /api/task/async-apply sends with Celery's defaults, as
+			// `celeriac send` does.
+			sender := client.New(conn.Transport, client.Config{DefaultQueue: g.file.TaskDefaultQueue, Backend: conn.Backend})
 			d, err := dashboard.New(dashboard.Options{
-				Transport: conn.Transport, BrokerScheme: conn.BrokerScheme, Backend: conn.Backend,
+				Transport: conn.Transport, BrokerScheme: conn.BrokerScheme, Backend: conn.Backend, Client: sender,
 				Inspector: queueInspector(conn.Transport), Queues: qs, MaxTasks: maxTasks,
 				PersistFile: persist, AuthToken: token, BasicAuth: basic, ReadOnly: readOnly,
 				AllowedHosts: hosts, AllowIPHosts: anyIP,

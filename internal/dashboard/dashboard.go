@@ -54,6 +54,9 @@ type Options struct {
 	Inspector QueueInspector
 	// Control sends remote-control commands; default client.NewControl(Transport).
 	Control Controller
+	// Client sends the tasks /api/task/async-apply asks for; nil refuses
+	// them.
+	Client TaskSender
 	// Queues are shown on the queues and dead-letters pages in addition to
 	// those the workers report consuming.
 	Queues []string
@@ -89,6 +92,11 @@ type Options struct {
 	// ControlTimeout bounds the wait for workers' replies (default 1 s).
 	ControlTimeout time.Duration
 	Logger         *zap.Logger
+}
+
+// TaskSender sends a task: *client.Client.
+type TaskSender interface {
+	Send(ctx context.Context, name string, args []any, kwargs map[string]any, opts ...client.SendOption) (*client.AsyncResult, error)
 }
 
 // Dashboard serves the UI. Create it with New, run its background work with

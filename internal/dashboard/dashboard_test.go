@@ -254,6 +254,7 @@ func newEnv(t *testing.T, o Options) *env {
 	t.Cleanup(func() { tr.Close() })
 	ctl := &fakeControl{}
 	o.Transport, o.Control, o.BrokerScheme = tr, ctl, "memory"
+	o.Client = client.New(tr, client.Config{})
 	o.Queues = append(o.Queues, "q1")
 	d, err := New(o)
 	if err != nil {

@@ -96,7 +96,7 @@ type page struct {
 // routes are every route the dashboard serves; Handler registers each
 // through guard, and the tests enumerate them.
 func (d *Dashboard) routes() []route {
-	return []route{
+	return append([]route{
 		{pattern: "GET /{$}", h: func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/workers", http.StatusSeeOther)
 		}},
@@ -116,7 +116,7 @@ func (d *Dashboard) routes() []route {
 		{pattern: "POST /action/revoke", h: d.action(d.revokeAction)},
 		{pattern: "POST /action/dlq/replay", h: d.action(d.replayAction), broker: true},
 		{pattern: "POST /action/dlq/purge", h: d.action(d.purgeAction), broker: true},
-	}
+	}, d.apiRoutes()...)
 }
 
 // Handler returns the dashboard's HTTP handler. Every request is checked

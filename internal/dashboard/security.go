@@ -89,6 +89,12 @@ func (d *Dashboard) checkCSRF(r *http.Request) bool {
 	if !equal(r.PostFormValue("csrf"), d.mac("csrf", c.Value)) {
 		return false
 	}
+	return sameOrigin(r)
+}
+
+// sameOrigin reports whether a request that says where it comes from comes
+// from this origin; one that does not say is taken as same-origin.
+func sameOrigin(r *http.Request) bool {
 	if o := r.Header.Get("Origin"); o != "" {
 		u, err := url.Parse(o)
 		if err != nil || u.Host == "" || u.Host != r.Host {
@@ -362,9 +368,14 @@ func (d *Dashboard) needLogin(w http.ResponseWriter, r *http.Request) {
 	if len(d.o.BasicAuth) > 0 {
 		w.Header().Set("WWW-Authenticate", `Basic realm="celeriac dashboard", charset="UTF-8"`)
 	}
-	if d.o.AuthToken != "" && r.Method == http.MethodGet && r.Header.Get("X-Fragment") == "" && r.URL.Path != "/events" &&
+	machine := r.URL.Path == "/events" || r.URL.Path == "/metrics" || strings.HasPrefix(r.URL.Path, "/api/")
+	if d.o.AuthToken != "" && r.Method == http.MethodGet && r.Header.Get("X-Fragment") == "" && !machine &&
 		r.Header.Get("Authorization") == "" {
 		http.Redirect(w, r, "/login?back="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, "/api/") {
+		apiError(w, http.StatusUnauthorized, "credentials needed: a Bearer token or basic auth")
 		return
 	}
 	if r.Method == http.MethodPost {

@@ -616,6 +616,17 @@ type Stats struct {
 	Version        uint64
 }
 
+// CountByState counts the tasks in the history by state.
+func (s *Store) CountByState() map[string]int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := map[string]int{}
+	for _, t := range s.tasks {
+		out[t.State]++
+	}
+	return out
+}
+
 // Stats returns the store's counts.
 func (s *Store) Stats() Stats {
 	s.mu.RLock()
