@@ -46,8 +46,9 @@ func (d *Dashboard) apiRoutes() []route {
 }
 
 // maxAPITasks bounds one /api/tasks answer, as a page of the task list is
-// bounded: the history holds up to --max-tasks tasks of up to 20 KiB each.
-const maxAPITasks = 1000
+// bounded: a task holds up to 20 KiB of args, result and traceback, so an
+// answer stays under 5 MiB; offset pages through the rest.
+const maxAPITasks = 200
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)

@@ -81,6 +81,13 @@ func FuzzHandler(f *testing.F) {
 	f.Add("POST", "/action/revoke", "", "id=t1&terminate=1&back=/\\evil", "http://127.0.0.1", byte(3))
 	f.Add("GET", "/static/../templates/layout.html", "", "", "", byte(0))
 	f.Add("GET", "/events", "", "", "", byte(0))
+	f.Add("GET", "/api/tasks", "limit=99999999999999999999&offset=-1&received_start=1e308&state=FAILURE", "", "", byte(1))
+	f.Add("GET", "/api/task/info/t1", "", "", "", byte(1))
+	f.Add("GET", "/api/workers", "status=true", "", "", byte(0))
+	f.Add("POST", "/api/task/async-apply/tasks.add", "", `{"args": [1, [2, [3]]], "kwargs": {"a": {}}, "eta": "x"}`, "", byte(33))
+	f.Add("POST", "/api/task/revoke/t1", "terminate=true&signal=SIGKILL", "{}", "", byte(33))
+	f.Add("POST", "/api/task/rate-limit/tasks.add", "", `{"ratelimit": 5}`, "http://evil.example", byte(33))
+	f.Add("GET", "/metrics", "", "", "", byte(1))
 	f.Fuzz(func(t *testing.T, method, path, query, form, origin string, flags byte) {
 		d, err := fuzzDashboard()
 		if err != nil {
@@ -121,6 +128,9 @@ func FuzzHandler(f *testing.F) {
 		}
 		if flags&16 != 0 {
 			req.RemoteAddr = origin // any text: no client key may fail
+		}
+		if flags&32 != 0 && form != "" {
+			req.Header.Set("Content-Type", "application/json")
 		}
 		// Forget failed logins: the fuzzer would block itself.
 		d.limiter.mu.Lock()
