@@ -101,7 +101,7 @@ A full run takes about 45 minutes on 2 cores; narrow it with the flags.`,
 	fl.StringVar(&f.python, "python", "", "Python interpreter with Celery (default $CELERIAC_PYTHON, else /usr/bin/python3)")
 	fl.StringVarP(&f.out, "output", "o", "", "also write the report to this file")
 	fl.StringVar(&f.profile, "profile", "", "directory for CPU profiles of celeriac's drains (go tool pprof)")
-	cmd.AddCommand(newBenchCeilingCmd())
+	cmd.AddCommand(newBenchCeilingCmd(), newBenchIOWorkerCmd(), newBenchIOCmd())
 	return cmd
 }
 

@@ -1,0 +1,613 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/celeriac/celeriac/client"
+	redistransport "github.com/celeriac/celeriac/transport/redis"
+	"github.com/celeriac/celeriac/worker"
+)
+
+// The I/O-bound benchmark (issue 31): what real Celery tasks mostly do is
+// wait, on an HTTP API, a database, S3. Each task here GETs a URL of an
+// HTTP server the benchmark runs on loopback, which answers after a delay
+// (50 ms by default; every 100th request 1 s, the long tail). The server
+// is also the clock: the task's URL carries its publish time, so the
+// server sees each task's queue wait (publish to request) and end to end
+// (publish to answer) without a result backend in the way. Every worker,
+// celeriac at -c 100 to 5000 and Python Celery's prefork, threads and
+// gevent pools, drains the same number of tasks (closed loop: throughput,
+// CPU per task, peak RSS, Redis CPU per task), then takes open-loop
+// arrivals (Poisson) at fractions of the capacity it showed, where a drain
+// hides queueing delay and this does not.
+
+// IOWorker is one worker of the I/O benchmark: a kind and its concurrency.
+type IOWorker struct {
+	Kind        string // "celeriac", "prefork", "threads", "gevent"
+	Concurrency int
+}
+
+func (w IOWorker) String() string {
+	if w.Kind == "celeriac" {
+		return fmt.Sprintf("celeriac -c %d", w.Concurrency)
+	}
+	return fmt.Sprintf("Python %s -c %d", w.Kind, w.Concurrency)
+}
+
+// ParseIOWorkers reads "celeriac:100,prefork:16,...".
+func ParseIOWorkers(s string) ([]IOWorker, error) {
+	var out []IOWorker
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		kind, c, ok := strings.Cut(part, ":")
+		n, err := strconv.Atoi(c)
+		if !ok || err != nil || n < 1 {
+			return nil, fmt.Errorf("worker %q: want KIND:CONCURRENCY (celeriac:1000, gevent:500)", part)
+		}
+		switch kind {
+		case "celeriac", "prefork", "threads", "gevent", "solo":
+		default:
+			return nil, fmt.Errorf("worker %q: kind is celeriac, prefork, threads, gevent or solo", part)
+		}
+		out = append(out, IOWorker{Kind: kind, Concurrency: n})
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no worker")
+	}
+	return out, nil
+}
+
+// IOOptions configure the I/O benchmark.
+type IOOptions struct {
+	RedisURL string // server, without a database (default redis://127.0.0.1:6379)
+	RedisDB  int    // the broker's database: must be empty; emptied after
+	Python   string // default /usr/bin/python3
+	// PythonPath is put first on PYTHONPATH for the Python workers (Celery
+	// 5.6.3 unpacked by .ci/setup, say); empty runs the system's Celery.
+	PythonPath string
+	Exe        string // the celeriac binary (default this executable)
+	Workers    []IOWorker
+	N          int           // tasks per drain (default 5 000)
+	Delay      time.Duration // the server's answer delay (default 50 ms)
+	TailEvery  int           // every TailEvery-th request waits Tail instead (default 100; 0: none)
+	Tail       time.Duration // default 1 s
+	Loads      []float64     // open-loop arrival rates as fractions of the drain's throughput (default 0.25, 0.5, 0.9)
+	LoadFor    time.Duration // arrivals per load level (default 20 s)
+	Timeout    time.Duration // a drain or load not done this long after its last publish is abandoned (default 5 min)
+	Seed       uint64        // of the arrival times (default 31)
+	Log        io.Writer
+}
+
+func (o *IOOptions) defaults() {
+	if o.RedisURL == "" {
+		o.RedisURL = "redis://127.0.0.1:6379"
+	}
+	if o.Python == "" {
+		o.Python = "/usr/bin/python3"
+	}
+	if o.Exe == "" {
+		o.Exe, _ = os.Executable()
+	}
+	if o.N <= 0 {
+		o.N = 5000
+	}
+	if o.Delay <= 0 {
+		o.Delay = 50 * time.Millisecond
+	}
+	if o.TailEvery == 0 {
+		o.TailEvery = 100
+	}
+	if o.Tail <= 0 {
+		o.Tail = time.Second
+	}
+	if len(o.Loads) == 0 {
+		o.Loads = []float64{0.25, 0.5, 0.9}
+	}
+	if o.LoadFor <= 0 {
+		o.LoadFor = 20 * time.Second
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Minute
+	}
+	if o.Seed == 0 {
+		o.Seed = 31
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+}
+
+// IOResult is one worker's figures.
+type IOResult struct {
+	Worker     IOWorker
+	Err        string
+	Throughput float64 // tasks/s over the drain
+	// Queue wait and end to end of the drain's tasks: publish to the
+	// server's request, publish to its answer.
+	Wait, E2E  Percentiles
+	CPUPerTask time.Duration // the worker's process tree
+	RedisCPU   time.Duration // Redis' CPU per task (INFO cpu)
+	PeakRSS    int64
+	Loads      []IOLoad
+}
+
+// IOLoad is one open-loop level.
+type IOLoad struct {
+	Fraction float64
+	Rate     float64 // arrivals/s
+	N        int
+	E2E      Percentiles
+	Err      string
+}
+
+// Percentiles of a latency sample.
+type Percentiles struct{ P50, P99, P999 time.Duration }
+
+func percentilesOf(d []time.Duration) Percentiles {
+	if len(d) == 0 {
+		return Percentiles{}
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	at := func(q float64) time.Duration {
+		i := int(math.Ceil(q*float64(len(s)))) - 1
+		return s[min(max(i, 0), len(s)-1)]
+	}
+	return Percentiles{P50: at(0.50), P99: at(0.99), P999: at(0.999)}
+}
+
+// ioServer is the slow API the tasks call, and the benchmark's clock.
+type ioServer struct {
+	o   *IOOptions
+	ln  net.Listener
+	srv *http.Server
+	mu  sync.Mutex
+	run string // the current run's tag: requests of another are counted apart
+	got map[int]ioHit
+}
+
+type ioHit struct{ wait, e2e time.Duration }
+
+func newIOServer(o *IOOptions) (*ioServer, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &ioServer{o: o, ln: ln, got: map[int]ioHit{}}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+func (s *ioServer) url(run string, i int, published time.Time) string {
+	return fmt.Sprintf("http://%s/io?r=%s&i=%d&p=%d", s.ln.Addr(), run, i, published.UnixNano())
+}
+
+func (s *ioServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
+	q := r.URL.Query()
+	i, _ := strconv.Atoi(q.Get("i"))
+	p, _ := strconv.ParseInt(q.Get("p"), 10, 64)
+	delay := s.o.Delay
+	if s.o.TailEvery > 0 && i%s.o.TailEvery == s.o.TailEvery-1 {
+		delay = s.o.Tail
+	}
+	select {
+	case <-time.After(delay):
+	case <-r.Context().Done():
+		return
+	}
+	_, _ = io.WriteString(w, "ok")
+	done := time.Now()
+	s.mu.Lock()
+	if q.Get("r") == s.run {
+		if _, dup := s.got[i]; !dup {
+			pub := time.Unix(0, p)
+			s.got[i] = ioHit{wait: arrived.Sub(pub), e2e: done.Sub(pub)}
+		}
+	}
+	s.mu.Unlock()
+}
+
+// reset starts counting a new run's requests.
+func (s *ioServer) reset(run string) {
+	s.mu.Lock()
+	s.run, s.got = run, map[int]ioHit{}
+	s.mu.Unlock()
+}
+
+func (s *ioServer) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.got)
+}
+
+func (s *ioServer) hits() []ioHit {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ioHit, 0, len(s.got))
+	for _, h := range s.got {
+		out = append(out, h)
+	}
+	return out
+}
+
+func (s *ioServer) close() { _ = s.srv.Close() }
+
+// ioQueue is the benchmark's queue.
+const ioQueue = "bench_io"
+
+// RunIO runs the I/O benchmark and returns each worker's figures.
+func RunIO(ctx context.Context, o IOOptions) ([]IOResult, error) {
+	o.defaults()
+	brokerURL := withDB(o.RedisURL, o.RedisDB)
+	opt, err := goredis.ParseURL(brokerURL)
+	if err != nil {
+		return nil, err
+	}
+	rdb := goredis.NewClient(opt)
+	defer rdb.Close()
+	if n, err := rdb.DBSize(ctx).Result(); err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	} else if n > 0 {
+		return nil, fmt.Errorf("redis database %d holds %d keys: the benchmark empties its database, so it takes an empty one (--redis-db)", o.RedisDB, n)
+	}
+	defer rdb.FlushDB(context.WithoutCancel(ctx))
+	srv, err := newIOServer(&o)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.close()
+	tr, err := redistransport.Dial(ctx, redistransport.Config{URL: brokerURL})
+	if err != nil {
+		return nil, err
+	}
+	defer tr.Close()
+	pub := client.New(tr, client.Config{DefaultQueue: ioQueue})
+	pyDir, err := os.MkdirTemp("", "celeriac-bench-io-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(pyDir)
+	if err := os.WriteFile(filepath.Join(pyDir, "benchio.py"), []byte(benchIOApp), 0o644); err != nil {
+		return nil, err
+	}
+	var out []IOResult
+	for _, w := range o.Workers {
+		fmt.Fprintf(o.Log, "bench io: %s\n", w)
+		r := runIOWorker(ctx, &o, srv, pub, rdb, brokerURL, pyDir, w)
+		if r.Err != "" {
+			fmt.Fprintf(o.Log, "bench io: %s: %s\n", w, r.Err)
+		}
+		out = append(out, r)
+		_ = rdb.FlushDB(ctx).Err()
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+	}
+	return out, nil
+}
+
+func runIOWorker(ctx context.Context, o *IOOptions, srv *ioServer, pub *client.Client, rdb *goredis.Client, brokerURL, pyDir string, w IOWorker) (res IOResult) {
+	res.Worker = w
+	var cmd *exec.Cmd
+	if w.Kind == "celeriac" {
+		cmd = exec.Command(o.Exe, "bench", "ioworker", "--broker-url", brokerURL, "--queue", ioQueue, "-c", strconv.Itoa(w.Concurrency))
+		cmd.Env = childEnv()
+	} else {
+		cmd = exec.Command(o.Python, "-m", "celery", "-A", "benchio", "worker", "-P", w.Kind, "-c", strconv.Itoa(w.Concurrency),
+			"-Q", ioQueue, "-l", "warning", "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", "bench-io-"+w.Kind+"@%h")
+		cmd.Dir = pyDir
+		path := pyDir
+		if o.PythonPath != "" {
+			path = o.PythonPath + string(os.PathListSeparator) + pyDir
+		}
+		cmd.Env = append(childEnv(), "PYTHONPATH="+path, "BENCH_BROKER="+brokerURL, "PYTHONDONTWRITEBYTECODE=1")
+	}
+	out := &tailBuffer{max: 8 << 10}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		res.Err = err.Error()
+		return res
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	rss := watchRSS(cmd.Process.Pid, 100*time.Millisecond)
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+		}
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+		res.PeakRSS = rss.Stop()
+	}()
+	failed := func(what string, err error) IOResult {
+		res.Err = fmt.Sprintf("%s: %v\n%s", what, err, out.String())
+		return res
+	}
+
+	// Ready: a task sent now is run.
+	srv.reset("warm")
+	deadline := time.Now().Add(3 * time.Minute)
+	for i := 0; srv.count() == 0; i++ {
+		select {
+		case <-exited:
+			return failed("the worker exited", errors.New("before it ran a task"))
+		default:
+		}
+		if time.Now().After(deadline) {
+			return failed("the worker ran nothing", errors.New("within 3 minutes"))
+		}
+		if i%20 == 0 {
+			if _, err := pub.Send(ctx, "bench.io", []any{srv.url("warm", i, time.Now())}, nil); err != nil {
+				return failed("publish", err)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	waitIdle(ctx, rdb, 30*time.Second)
+
+	// Closed loop: N tasks at once, drained.
+	run := "drain"
+	srv.reset(run)
+	cpu0, redis0 := sampleTree(cmd.Process.Pid).cpu, redisCPU(ctx, rdb)
+	start := time.Now()
+	if err := publishN(ctx, pub, srv, run, o.N, nil); err != nil {
+		return failed("publish", err)
+	}
+	if err := waitCount(srv, o.N, o.Timeout, exited); err != nil {
+		return failed("drain", err)
+	}
+	elapsed := time.Since(start)
+	cpu1, redis1 := sampleTree(cmd.Process.Pid).cpu, redisCPU(ctx, rdb)
+	res.Throughput = float64(o.N) / elapsed.Seconds()
+	res.CPUPerTask = (cpu1 - cpu0) / time.Duration(o.N)
+	if redis0 >= 0 && redis1 >= redis0 {
+		res.RedisCPU = (redis1 - redis0) / time.Duration(o.N)
+	}
+	var waits, e2es []time.Duration
+	for _, h := range srv.hits() {
+		waits, e2es = append(waits, h.wait), append(e2es, h.e2e)
+	}
+	res.Wait, res.E2E = percentilesOf(waits), percentilesOf(e2es)
+	fmt.Fprintf(o.Log, "bench io: %s: %.0f tasks/s, e2e p50 %v p99 %v\n", w, res.Throughput, res.E2E.P50, res.E2E.P99)
+
+	// Open loop: Poisson arrivals at fractions of that throughput.
+	rng := rand.New(rand.NewPCG(o.Seed, uint64(w.Concurrency)))
+	for li, f := range o.Loads {
+		l := IOLoad{Fraction: f, Rate: f * res.Throughput}
+		l.N = max(1, int(l.Rate*o.LoadFor.Seconds()))
+		run := fmt.Sprintf("load%d", li)
+		srv.reset(run)
+		gaps := make([]time.Duration, l.N)
+		for i := range gaps {
+			gaps[i] = time.Duration(rng.ExpFloat64() / l.Rate * float64(time.Second))
+		}
+		if err := publishN(ctx, pub, srv, run, l.N, gaps); err != nil {
+			l.Err = err.Error()
+		} else if err := waitCount(srv, l.N, o.Timeout, exited); err != nil {
+			l.Err = err.Error()
+		}
+		var e2e []time.Duration
+		for _, h := range srv.hits() {
+			e2e = append(e2e, h.e2e)
+		}
+		l.E2E = percentilesOf(e2e)
+		res.Loads = append(res.Loads, l)
+		fmt.Fprintf(o.Log, "bench io: %s: %.0f%% load (%.0f/s): e2e p50 %v p99 %v\n", w, 100*f, l.Rate, l.E2E.P50, l.E2E.P99)
+		waitIdle(ctx, rdb, 30*time.Second)
+	}
+	return res
+}
+
+// publishN sends n tasks of run, each after its gap (none: at once), on
+// an open-loop schedule: a late publish does not delay the next one's due
+// time.
+func publishN(ctx context.Context, pub *client.Client, srv *ioServer, run string, n int, gaps []time.Duration) error {
+	due := time.Now()
+	for i := range n {
+		if gaps != nil {
+			due = due.Add(gaps[i])
+			if d := time.Until(due); d > 0 {
+				time.Sleep(d)
+			}
+		}
+		if _, err := pub.Send(ctx, "bench.io", []any{srv.url(run, i, time.Now())}, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitCount waits until the server has answered n distinct tasks of the
+// current run; no progress for timeout is an error.
+func waitCount(srv *ioServer, n int, timeout time.Duration, exited <-chan struct{}) error {
+	last, lastAt := -1, time.Now()
+	for {
+		c := srv.count()
+		if c >= n {
+			return nil
+		}
+		if c != last {
+			last, lastAt = c, time.Now()
+		}
+		if time.Since(lastAt) > timeout {
+			return fmt.Errorf("%d of %d tasks after %v without progress", c, n, timeout)
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("the worker exited after %d of %d tasks", c, n)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// waitIdle waits until the queue is empty and no message is unacked.
+func waitIdle(ctx context.Context, rdb *goredis.Client, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		q, _ := rdb.LLen(ctx, ioQueue).Result()
+		u, _ := rdb.HLen(ctx, "unacked").Result()
+		if q == 0 && u == 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// redisCPU reads Redis' used CPU (user + system), or -1.
+func redisCPU(ctx context.Context, rdb *goredis.Client) time.Duration {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return -1
+	}
+	var total float64
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+// RunIOWorker is `celeriac bench ioworker`: a celeriac worker whose one
+// task, bench.io, GETs its URL, as an I/O-bound Celery task would, until
+// ctx ends.
+func RunIOWorker(ctx context.Context, brokerURL, queue string, concurrency int) error {
+	tr, err := redistransport.Dial(ctx, redistransport.Config{URL: brokerURL})
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+	// One kept connection per slot: the server is the only host.
+	hc := &http.Client{Timeout: time.Minute, Transport: &http.Transport{
+		MaxIdleConns: concurrency, MaxIdleConnsPerHost: concurrency, IdleConnTimeout: time.Minute}}
+	mux := worker.NewMux()
+	mux.HandleFunc("bench.io", func(ctx context.Context, t *worker.Task) (any, error) {
+		var u string
+		if err := t.Bind(&u); err != nil {
+			return nil, err
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		_, err = io.Copy(io.Discard, resp.Body)
+		return nil, err
+	}, worker.IgnoreResult(true))
+	w, err := worker.New(tr, mux, worker.Config{Queues: []string{queue}, Concurrency: concurrency,
+		Hostname: "bench-io-celeriac@%h", WithoutHeartbeat: true, WithoutControl: true})
+	if err != nil {
+		return err
+	}
+	return w.Run(ctx)
+}
+
+// benchIOApp is the Python side: the same task for every pool. Under
+// -P gevent Celery patches the standard library first, so urllib's socket
+// waits yield to other greenlets.
+const benchIOApp = `"""celeriac bench io: the I/O-bound task, as a Celery app."""
+import os
+import urllib.request
+
+from celery import Celery
+
+app = Celery("benchio", broker=os.environ["BENCH_BROKER"])
+app.conf.update(
+    task_ignore_result=True,
+    worker_prefetch_multiplier=4,
+    worker_enable_remote_control=False,
+    worker_send_task_events=False,
+    broker_connection_retry_on_startup=True,
+    task_default_queue="bench_io",
+)
+
+
+@app.task(name="bench.io")
+def io(url):
+    with urllib.request.urlopen(url, timeout=60) as r:
+        r.read()
+`
+
+// WriteIOReport writes the I/O benchmark's tables in Markdown.
+func WriteIOReport(w io.Writer, o IOOptions, res []IOResult) {
+	o.defaults()
+	fmt.Fprintf(w, "## I/O-bound tasks\n\nEach task GETs a loopback HTTP server that answers after %v (every %dth request after %v); %d tasks per drain, from Redis.\n\n",
+		o.Delay, o.TailEvery, o.Tail, o.N)
+	fmt.Fprintln(w, "| worker | tasks/s | queue wait p50 / p99 | end to end p50 / p99 / p99.9 | CPU per task | peak RSS | Redis CPU per task |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 1, 64) }
+	for _, r := range res {
+		if r.Err != "" && r.Throughput == 0 {
+			fmt.Fprintf(w, "| %s | failed: %s |  |  |  |  |  |\n", r.Worker, firstLine(r.Err))
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %s / %s ms | %s / %s / %s ms | %d µs | %.0f MB | %.1f µs |\n", r.Worker, r.Throughput,
+			ms(r.Wait.P50), ms(r.Wait.P99), ms(r.E2E.P50), ms(r.E2E.P99), ms(r.E2E.P999),
+			r.CPUPerTask.Microseconds(), float64(r.PeakRSS)/1e6, float64(r.RedisCPU.Nanoseconds())/1e3)
+	}
+	fmt.Fprintf(w, "\nOpen loop: Poisson arrivals for %v at each fraction of the worker's own throughput above; end to end p50 / p99 ms.\n\n", o.LoadFor)
+	fmt.Fprint(w, "| worker |")
+	for _, f := range o.Loads {
+		fmt.Fprintf(w, " %.0f %% |", 100*f)
+	}
+	fmt.Fprint(w, "\n|---|")
+	for range o.Loads {
+		fmt.Fprint(w, "---|")
+	}
+	fmt.Fprintln(w)
+	for _, r := range res {
+		fmt.Fprintf(w, "| %s |", r.Worker)
+		for i := range o.Loads {
+			if i >= len(r.Loads) {
+				fmt.Fprint(w, " - |")
+				continue
+			}
+			l := r.Loads[i]
+			if l.Err != "" {
+				fmt.Fprintf(w, " %.0f/s: %s |", l.Rate, firstLine(l.Err))
+				continue
+			}
+			fmt.Fprintf(w, " %.0f/s: %s / %s |", l.Rate, ms(l.E2E.P50), ms(l.E2E.P99))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}

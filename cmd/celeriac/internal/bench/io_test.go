@@ -1,0 +1,67 @@
+package bench
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseIOWorkers(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want string // the workers' names, joined; "" for an error
+	}{
+		{"celeriac:100, gevent:500", "celeriac -c 100|Python gevent -c 500"},
+		{"prefork:16,threads:100,solo:1", "Python prefork -c 16|Python threads -c 100|Python solo -c 1"},
+		{"celeriac", ""},
+		{"celeriac:0", ""},
+		{"eventlet:10", ""},
+		{"", ""},
+	} {
+		ws, err := ParseIOWorkers(tc.in)
+		var names []string
+		for _, w := range ws {
+			names = append(names, w.String())
+		}
+		if got := strings.Join(names, "|"); got != tc.want || (err != nil) != (tc.want == "") {
+			t.Errorf("ParseIOWorkers(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestPercentilesOf(t *testing.T) {
+	var d []time.Duration
+	for i := 1000; i >= 1; i-- { // unsorted on purpose
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	p := percentilesOf(d)
+	if p.P50 != 500*time.Millisecond || p.P99 != 990*time.Millisecond || p.P999 != 999*time.Millisecond {
+		t.Errorf("percentilesOf(1..1000 ms) = %+v", p)
+	}
+	if d[0] != time.Second {
+		t.Error("percentilesOf sorted its argument")
+	}
+	if (percentilesOf(nil) != Percentiles{}) {
+		t.Error("percentilesOf(nil) is not zero")
+	}
+	if p := percentilesOf([]time.Duration{7}); p.P50 != 7 || p.P999 != 7 {
+		t.Errorf("one sample: %+v", p)
+	}
+}
+
+func TestWriteIOReport(t *testing.T) {
+	var b bytes.Buffer
+	WriteIOReport(&b, IOOptions{N: 10, Loads: []float64{0.5}}, []IOResult{
+		{Worker: IOWorker{"celeriac", 100}, Throughput: 1900, E2E: Percentiles{P50: 51 * time.Millisecond}, CPUPerTask: 40 * time.Microsecond,
+			PeakRSS: 30e6, RedisCPU: 9500 * time.Nanosecond, Loads: []IOLoad{{Fraction: 0.5, Rate: 950, E2E: Percentiles{P50: 50500 * time.Microsecond, P99: 60 * time.Millisecond}}}},
+		{Worker: IOWorker{"gevent", 500}, Err: "the worker exited: boom\nlog"},
+	})
+	out := b.String()
+	for _, want := range []string{"| celeriac -c 100 | 1900 | 0.0 / 0.0 ms | 51.0 / 0.0 / 0.0 ms | 40 µs | 30 MB | 9.5 µs |",
+		"| Python gevent -c 500 | failed: the worker exited: boom |", "| celeriac -c 100 | 950/s: 50.5 / 60.0 |", "| Python gevent -c 500 | - |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
