@@ -145,7 +145,7 @@ func (d *Dashboard) apiTasks(w http.ResponseWriter, r *http.Request) {
 		}
 		offset = n
 	}
-	f := Filter{Name: q.Get("taskname"), State: q.Get("state"), Worker: q.Get("workername")}
+	f := Filter{Name: q.Get("taskname"), State: q.Get("state"), Worker: q.Get("workername"), Search: clip(q.Get("search"), 256)}
 	for key, dst := range map[string]*time.Time{"received_start": &f.Since, "received_end": &f.Until} {
 		if s := q.Get(key); s != "" {
 			t, err := apiTime(s)

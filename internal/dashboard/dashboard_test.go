@@ -912,3 +912,33 @@ func TestBrokerDownBanner(t *testing.T) {
 		t.Errorf("BrokerDown() = %q, %v", down, since)
 	}
 }
+
+// TestTasksSearchAndPageSize: the search box finds a task by a part of its
+// id, args, kwargs, result or exception; the page size is one on offer.
+func TestTasksSearchAndPageSize(t *testing.T) {
+	e := newEnv(t, Options{})
+	s := e.d.store
+	s.Apply(at(1, ev("task-received", "aaaa-1111", "name", "tasks.add", "args", "(1, 2)", "kwargs", "{'order': 'A-77'}")))
+	s.Apply(at(2, ev("task-received", "bbbb-2222", "name", "tasks.add", "args", "('x',)", "eta", "2026-12-04T10:00:00+00:00")))
+	s.Apply(at(3, ev("task-failed", "bbbb-2222", "exception", "KeyError('sku-9')")))
+	for i := range 60 {
+		s.Apply(at(4+float64(i), ev("task-received", fmt.Sprintf("filler-%02d", i), "name", "tasks.noop")))
+	}
+	c := e.client()
+	for q, want := range map[string]string{"1111": "aaaa-1111", "A-77": "aaaa-1111", "sku-9": "bbbb-2222", "'x'": "bbbb-2222"} {
+		_, body := e.get(c, "/tasks?q="+url.QueryEscape(q))
+		if !strings.Contains(body, "1 task(s)") || !strings.Contains(body, `data-task="`+want+`"`) {
+			t.Errorf("search %q does not find %s alone:\n%s", q, want, body)
+		}
+	}
+	if _, body := e.get(c, "/tasks?q=bbbb"); !strings.Contains(body, "2026-12-04T10:00:00") {
+		t.Errorf("no ETA column:\n%s", body)
+	}
+	_, body := e.get(c, "/tasks?size=20")
+	if n := strings.Count(body, `<tr class="task"`); n != 20 || !strings.Contains(body, "page 1 of 4") || !strings.Contains(body, "size=20") {
+		t.Errorf("size=20: %d rows", n)
+	}
+	if _, body := e.get(c, "/tasks?size=100000"); strings.Count(body, `<tr class="task"`) != 50 {
+		t.Errorf("a page size not on offer is not refused for the default")
+	}
+}

@@ -220,6 +220,10 @@ func (d *Dashboard) workersPage(w http.ResponseWriter, r *http.Request) {
 
 const pageSize = 50
 
+// pageSizes are the task list's page sizes on offer; the largest bounds a
+// page's size in bytes as pageSize did (a task row shows at most ~1 KiB).
+var pageSizes = []int{20, 50, 100, 200}
+
 type tasksData struct {
 	Filter     Filter
 	Since      string
@@ -232,6 +236,8 @@ type tasksData struct {
 	PrevURL    string
 	NextURL    string
 	FilterOpen bool
+	Size       int
+	Sizes      []int
 }
 
 // parseWhen reads a time filter: RFC 3339, "2006-01-02T15:04" (an HTML
@@ -256,7 +262,12 @@ func (d *Dashboard) tasksPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	now := time.Now()
 	data := tasksData{States: States, Since: q.Get("since"), Until: q.Get("until")}
-	data.Filter = Filter{Name: q.Get("name"), State: strings.ToUpper(q.Get("state")), Worker: q.Get("worker")}
+	data.Filter = Filter{Name: q.Get("name"), State: strings.ToUpper(q.Get("state")), Worker: q.Get("worker"), Search: clip(q.Get("q"), 256)}
+	size := pageSize
+	if n, err := strconv.Atoi(q.Get("size")); err == nil && slices.Contains(pageSizes, n) {
+		size = n
+	}
+	data.Size, data.Sizes = size, pageSizes
 	var flash string
 	var err error
 	if data.Filter.Since, err = parseWhen(data.Since, now); err != nil {
@@ -267,11 +278,11 @@ func (d *Dashboard) tasksPage(w http.ResponseWriter, r *http.Request) {
 	}
 	data.Page, _ = strconv.Atoi(q.Get("page"))
 	data.Page = max(data.Page, 1)
-	data.Tasks, data.Total = d.store.Tasks(data.Filter, (data.Page-1)*pageSize, pageSize)
-	data.Pages = max(1, (data.Total+pageSize-1)/pageSize)
+	data.Tasks, data.Total = d.store.Tasks(data.Filter, (data.Page-1)*size, size)
+	data.Pages = max(1, (data.Total+size-1)/size)
 	link := func(p int) string {
 		v := url.Values{}
-		for _, k := range []string{"name", "state", "worker", "since", "until"} {
+		for _, k := range []string{"q", "name", "state", "worker", "since", "until", "size"} {
 			if s := q.Get(k); s != "" {
 				v.Set(k, s)
 			}

@@ -565,6 +565,9 @@ func (t *Task) retrying() bool {
 type Filter struct {
 	Name, State, Worker string
 	Since, Until        time.Time
+	// Search is a substring of the task's id, args, kwargs, result or
+	// exception (Flower's search box).
+	Search string
 }
 
 func (f Filter) match(t *Task) bool {
@@ -575,6 +578,10 @@ func (f Filter) match(t *Task) bool {
 		return false
 	}
 	if f.Worker != "" && !strings.Contains(t.Worker, f.Worker) {
+		return false
+	}
+	if f.Search != "" && !strings.Contains(t.ID, f.Search) && !strings.Contains(t.Args, f.Search) &&
+		!strings.Contains(t.Kwargs, f.Search) && !strings.Contains(t.Result, f.Search) && !strings.Contains(t.Exception, f.Search) {
 		return false
 	}
 	if !f.Since.IsZero() && t.Updated.Before(f.Since) {
