@@ -473,6 +473,15 @@ func testDashboardInBrowser(t *testing.T, e *dashEnv, chromium string) {
 		t.Errorf("%d JavaScript dialogs opened", n)
 	}
 
+	// A worker's page: what it answers to stats, registered and
+	// active_queues, for the Python worker and the celeriac worker.
+	for _, wk := range []struct{ node, task string }{{e.pyNode, "tasks.add"}, {e.goNode, "dash.fragile"}} {
+		e.nav("/worker/" + wk.node)
+		e.waitJS("the worker page of "+wk.node, fmt.Sprintf(`(document.getElementById('worker-registered')||{}).textContent?.includes(%s) === true &&
+			(document.getElementById('worker-queues')||{}).textContent?.includes(%s) === true && !!document.getElementById('worker-stats')`, jsq(wk.task), jsq(e.q)))
+	}
+	e.shot("worker")
+
 	// Shutting a worker down asks first, naming it; cancelling leaves it
 	// running.
 	e.nav("/workers")

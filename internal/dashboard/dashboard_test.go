@@ -942,3 +942,79 @@ func TestTasksSearchAndPageSize(t *testing.T) {
 		t.Errorf("a page size not on offer is not refused for the default")
 	}
 }
+
+// workerControl answers a worker page's questions as a celeriac worker
+// does, and records the rest.
+type workerControl struct{ fakeControl }
+
+func (c *workerControl) Call(ctx context.Context, method string, args map[string]any, o client.ControlOptions) ([]client.Reply, error) {
+	var v any
+	switch method {
+	case "stats":
+		v = map[string]any{"pid": int64(4242), "prefetch_count": int64(400),
+			"pool": map[string]any{"max-concurrency": int64(100), "autoscaler": map[string]any{"max": int64(100), "min": int64(10), "qty": int64(40)}},
+			"total": map[string]any{"tasks.add": int64(7), "<b>tasks.x</b>": int64(1)}}
+	case "registered":
+		v = []any{"tasks.mul", "tasks.add [rate_limit=10/s]"}
+	case "active_queues":
+		v = []any{map[string]any{"name": "celery"}, map[string]any{"name": "high"}}
+	case "active":
+		v = []any{map[string]any{"id": "t-run", "name": "tasks.sleep", "args": []any{5}, "time_start": 1.7e9}}
+	default:
+		return c.fakeControl.Call(ctx, method, args, o)
+	}
+	return []client.Reply{{Hostname: o.Destination[0], Value: v}}, nil
+}
+
+// TestWorkerPage: a worker's page shows its replies to stats, registered,
+// active_queues and active, escaped, and offers Flower's controls, which
+// send what Celery's remote control expects and come back to the page.
+func TestWorkerPage(t *testing.T) {
+	tr := memory.New(memory.Config{})
+	t.Cleanup(func() { tr.Close() })
+	ctl := &workerControl{}
+	d, err := New(Options{Transport: tr, Control: ctl, BrokerScheme: "memory", AuthToken: "tok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d.Handler())
+	t.Cleanup(srv.Close)
+	e := &env{t: t, d: d, srv: srv, ctl: &ctl.fakeControl, tr: tr, queue: "q1"}
+	c := e.client()
+	e.login(c, "tok")
+	code, body := e.get(c, "/worker/w1@host")
+	for _, want := range []string{"100 slots", "autoscale: max 100, min 10, now 40", `id="worker-prefetch">400<`, "pid 4242",
+		"tasks.add [rate_limit=10/s]", "celery, high", "t-run", "&lt;b&gt;tasks.x&lt;/b&gt;", `value="autoscale"`, `value="add_consumer"`, `value="time_limit"`} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("worker page lacks %s (%d)", want, code)
+		}
+	}
+	if strings.Contains(body, "<b>tasks.x</b>") {
+		t.Error("a task name from a reply is not escaped")
+	}
+	csrf := e.csrf(c)
+	bearer := map[string]string{"Authorization": "Bearer tok"}
+	for _, tc := range []struct {
+		form url.Values
+		want string
+	}{
+		{url.Values{"op": {"autoscale"}, "max": {"20"}, "min": {"2"}}, `autoscale {"max":20,"min":2} [w@h]`},
+		{url.Values{"op": {"add_consumer"}, "queue": {"high"}}, `add_consumer {"queue":"high"} [w@h]`},
+		{url.Values{"op": {"cancel_consumer"}, "queue": {"high"}}, `cancel_consumer {"queue":"high"} [w@h]`},
+		{url.Values{"op": {"time_limit"}, "task_name": {"tasks.add"}, "soft": {"10"}, "hard": {"20"}}, `time_limit {"hard":20,"soft":10,"task_name":"tasks.add"} [w@h]`},
+		{url.Values{"op": {"autoscale"}, "max": {"2"}, "min": {"5"}}, ""},
+		{url.Values{"op": {"add_consumer"}}, ""},
+	} {
+		tc.form.Set("csrf", csrf)
+		tc.form.Set("worker", "w@h")
+		tc.form.Set("back", "/worker/w@h")
+		resp, _ := e.post(c, "/action/worker", tc.form, bearer)
+		got := ctl.take()
+		if tc.want == "" && len(got) != 0 || tc.want != "" && (len(got) != 1 || got[0] != tc.want) {
+			t.Errorf("%v sent %q, want %q", tc.form, got, tc.want)
+		}
+		if loc := resp.Header.Get("Location"); !strings.HasPrefix(loc, "/worker/w@h") {
+			t.Errorf("%v went back to %q", tc.form, loc)
+		}
+	}
+}

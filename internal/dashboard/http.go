@@ -101,6 +101,7 @@ func (d *Dashboard) routes() []route {
 			http.Redirect(w, r, "/workers", http.StatusSeeOther)
 		}},
 		{pattern: "GET /workers", h: d.workersPage},
+		{pattern: "GET /worker/{name}", h: d.workerPage},
 		{pattern: "GET /tasks", h: d.tasksPage},
 		{pattern: "GET /task/{id}", h: d.taskPage},
 		{pattern: "GET /stats", h: d.statsPage},
@@ -734,6 +735,14 @@ func done(w http.ResponseWriter, r *http.Request, def, msg string) {
 var workerOps = map[string]string{
 	"ping": "ping", "shutdown": "shutdown", "pool_grow": "pool_grow", "pool_shrink": "pool_shrink",
 	"enable_events": "enable_events", "disable_events": "disable_events", "rate_limit": "rate_limit",
+	"autoscale": "autoscale", "add_consumer": "add_consumer", "cancel_consumer": "cancel_consumer",
+	"time_limit": "time_limit",
+}
+
+// workerBack is where a worker action returns: the worker's page when it
+// was asked from there.
+func workerBack(r *http.Request) string {
+	return safeBack(r.PostFormValue("back"), "/workers")
 }
 
 func (d *Dashboard) workerAction(w http.ResponseWriter, r *http.Request) {
@@ -754,10 +763,34 @@ func (d *Dashboard) workerAction(w http.ResponseWriter, r *http.Request) {
 	case "rate_limit":
 		task, rate := strings.TrimSpace(r.PostFormValue("task_name")), strings.TrimSpace(r.PostFormValue("rate_limit"))
 		if task == "" || rate == "" {
-			done(w, r, "/workers", "rate limit: give a task name and a rate (10/s, 5/m, 0 to disable)")
+			done(w, r, workerBack(r), "rate limit: give a task name and a rate (10/s, 5/m, 0 to disable)")
 			return
 		}
 		args["task_name"], args["rate_limit"] = task, rate
+	case "autoscale":
+		hi, err1 := strconv.Atoi(r.PostFormValue("max"))
+		lo, err2 := strconv.Atoi(r.PostFormValue("min"))
+		if err1 != nil || err2 != nil || hi < 1 || lo < 0 || lo > hi {
+			done(w, r, workerBack(r), "autoscale: give max and min, 0 <= min <= max")
+			return
+		}
+		args["max"], args["min"] = int64(hi), int64(lo)
+	case "add_consumer", "cancel_consumer":
+		q := strings.TrimSpace(r.PostFormValue("queue"))
+		if q == "" {
+			done(w, r, workerBack(r), op+": give a queue")
+			return
+		}
+		args["queue"] = clip(q, 256)
+	case "time_limit":
+		task := strings.TrimSpace(r.PostFormValue("task_name"))
+		soft, err1 := strconv.ParseFloat(r.PostFormValue("soft"), 64)
+		hard, err2 := strconv.ParseFloat(r.PostFormValue("hard"), 64)
+		if task == "" || err1 != nil || err2 != nil || soft < 0 || hard < 0 {
+			done(w, r, workerBack(r), "time limit: give a task name and soft and hard limits in seconds (0: none)")
+			return
+		}
+		args["task_name"], args["soft"], args["hard"] = clip(task, 256), soft, hard
 	}
 	// One named worker: the call returns at its reply, so a busy worker
 	// may take longer than a broadcast's collection time.
@@ -776,7 +809,7 @@ func (d *Dashboard) workerAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	replies, err := d.o.Control.Call(r.Context(), method, args, o)
-	done(w, r, "/workers", op+" "+host+": "+replyText(replies, err))
+	done(w, r, workerBack(r), op+" "+host+": "+replyText(replies, err))
 }
 
 // replyText sums up remote-control replies for a person.
