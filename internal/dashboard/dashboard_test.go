@@ -952,8 +952,9 @@ func (c *workerControl) Call(ctx context.Context, method string, args map[string
 	switch method {
 	case "stats":
 		v = map[string]any{"pid": int64(4242), "prefetch_count": int64(400),
-			"pool":  map[string]any{"max-concurrency": int64(100), "autoscaler": map[string]any{"max": int64(100), "min": int64(10), "qty": int64(40)}},
-			"total": map[string]any{"tasks.add": int64(7), "<b>tasks.x</b>": int64(1)}}
+			"pool":       map[string]any{"max-concurrency": int64(100)},
+			"autoscaler": map[string]any{"max": int64(100), "min": int64(10), "qty": int64(40)},
+			"total":      map[string]any{"tasks.add": int64(7), "<b>tasks.x</b>": int64(1)}}
 	case "registered":
 		v = []any{"tasks.mul", "tasks.add [rate_limit=10/s]"}
 	case "active_queues":

@@ -95,9 +95,10 @@ func (d *Dashboard) askWorker(ctx context.Context, name string, data *workerPage
 			if f, ok := num(pool["max-concurrency"]); ok {
 				data.PoolMax = fmt.Sprint(int64(f))
 			}
-			if as, ok := pool["autoscaler"].(map[string]any); ok {
-				data.Autoscale = fmt.Sprintf("max %v, min %v, now %v", as["max"], as["min"], as["qty"])
-			}
+		}
+		// Celery's stats carry the autoscaler's info at the top level.
+		if as, ok := st["autoscaler"].(map[string]any); ok {
+			data.Autoscale = fmt.Sprintf("max %v, min %v, now %v", as["max"], as["min"], as["qty"])
 		}
 		if totals, ok := st["total"].(map[string]any); ok {
 			for k, v := range totals {
