@@ -27,6 +27,7 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 		listen, token, basicFile, persist string
 		queues, allowedHosts              []string
 		readOnly, enableEvents, insecure  bool
+		urlPrefix                         string
 		maxTasks                          int
 		refresh                           time.Duration
 	)
@@ -107,7 +108,7 @@ History is bounded (--max-tasks, the newest kept) and kept in memory; with
 				Transport: conn.Transport, BrokerScheme: conn.BrokerScheme, Backend: conn.Backend, Client: sender,
 				Inspector: queueInspector(conn.Transport), Queues: qs, MaxTasks: maxTasks,
 				PersistFile: persist, AuthToken: token, BasicAuth: basic, ReadOnly: readOnly,
-				AllowedHosts: hosts, AllowIPHosts: anyIP,
+				AllowedHosts: hosts, AllowIPHosts: anyIP, URLPrefix: urlPrefix,
 				EnableEvents: enableEvents, RefreshEvery: refresh, Logger: g.log.Named("dashboard"),
 			})
 			if err != nil {
@@ -139,7 +140,7 @@ History is bounded (--max-tasks, the newest kept) and kept in memory; with
 				g.log.Warn("THE DASHBOARD IS PUBLIC: it listens on a non-loopback address without credentials; anyone who reaches it reads task arguments, results and tracebacks",
 					zap.String("listen", listen))
 			}
-			g.log.Info("dashboard ready", zap.String("url", "http://"+ln.Addr().String()+"/"), zap.String("mode", mode))
+			g.log.Info("dashboard ready", zap.String("url", "http://"+ln.Addr().String()+strings.TrimRight("/"+strings.Trim(urlPrefix, "/"), "/")+"/"), zap.String("mode", mode))
 			serveErr := make(chan error, 1)
 			go func() { serveErr <- srv.Serve(ln) }()
 			select {
@@ -162,6 +163,7 @@ History is bounded (--max-tasks, the newest kept) and kept in memory; with
 	f.StringVar(&token, "auth-token", "", "token every page and action needs (default $CELERIAC_DASHBOARD_TOKEN)")
 	f.StringVar(&basicFile, "basic-auth-file", "", "file of user:password lines (HTTP basic auth) every page and action needs")
 	f.BoolVar(&readOnly, "read-only", false, "no actions and no remote-control commands at all")
+	f.StringVar(&urlPrefix, "url-prefix", "", "serve under this path (/flower) for a reverse proxy that forwards it unchanged")
 	f.StringArrayVar(&allowedHosts, "allowed-host", nil, "host name requests may give in their Host header besides the --listen host and loopback names (repeatable, or comma-separated)")
 	f.BoolVar(&insecure, "insecure-no-auth", false, "serve a non-loopback --listen address without credentials")
 	f.StringArrayVarP(&queues, "queue", "Q", nil, "queues to show besides those the workers consume (repeatable, or comma-separated)")

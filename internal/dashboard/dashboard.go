@@ -91,7 +91,32 @@ type Options struct {
 	RefreshEvery time.Duration
 	// ControlTimeout bounds the wait for workers' replies (default 1 s).
 	ControlTimeout time.Duration
-	Logger         *zap.Logger
+	// URLPrefix serves the dashboard under a path ("/flower", say) for a
+	// reverse proxy that forwards that path unchanged: requests outside it
+	// are not found, and every link, form, redirect and the event stream
+	// carry it.
+	URLPrefix string
+	Logger    *zap.Logger
+}
+
+// cleanPrefix normalizes a URL prefix to "/a/b": a path of plain segments,
+// so that it can be written into pages and headers as it is.
+func cleanPrefix(p string) (string, error) {
+	p = "/" + strings.Trim(p, "/")
+	if p == "/" {
+		return "", nil
+	}
+	for _, seg := range strings.Split(p[1:], "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return "", fmt.Errorf("dashboard: URL prefix %q: want a path such as /flower", p)
+		}
+		for _, c := range seg {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-._~", c)) {
+				return "", fmt.Errorf("dashboard: URL prefix %q: only letters, digits and -._~ in its segments", p)
+			}
+		}
+	}
+	return p, nil
 }
 
 // TaskSender sends a task: *client.Client.
@@ -139,6 +164,13 @@ func New(o Options) (*Dashboard, error) {
 	}
 	if o.Control == nil {
 		o.Control = client.NewControl(o.Transport)
+	}
+	if o.URLPrefix != "" {
+		p, err := cleanPrefix(o.URLPrefix)
+		if err != nil {
+			return nil, err
+		}
+		o.URLPrefix = p
 	}
 	if o.RefreshEvery <= 0 {
 		o.RefreshEvery = 10 * time.Second

@@ -1019,3 +1019,48 @@ func TestWorkerPage(t *testing.T) {
 		}
 	}
 }
+
+// TestURLPrefix: behind a reverse proxy at /flower every link, form,
+// redirect and the event stream carry the prefix, and nothing answers
+// outside it.
+func TestURLPrefix(t *testing.T) {
+	e := newEnv(t, Options{AuthToken: "tok", URLPrefix: "/flower/"})
+	c := e.client()
+	if code, _ := e.get(c, "/workers"); code != http.StatusNotFound {
+		t.Errorf("/workers outside the prefix: %d", code)
+	}
+	if code, _ := e.get(c, "/flowerx/workers"); code != http.StatusNotFound {
+		t.Errorf("/flowerx/workers: %d", code)
+	}
+	resp, err := c.Get(e.srv.URL + "/flower/tasks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/flower/login?back=%2Ftasks") {
+		t.Fatalf("unauthenticated: %d to %q", resp.StatusCode, loc)
+	}
+	_, body := e.get(c, "/flower/login")
+	m := csrfRE.FindStringSubmatch(body)
+	if m == nil || !strings.Contains(body, `action="/flower/login"`) || !strings.Contains(body, `href="/flower/static/app.css"`) {
+		t.Fatalf("login page without the prefix:\n%s", body)
+	}
+	resp, _ = e.post(c, "/flower/login", url.Values{"csrf": {m[1]}, "token": {"tok"}, "back": {"/tasks"}}, nil)
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc != "/flower/tasks" {
+		t.Fatalf("login: %d to %q", resp.StatusCode, loc)
+	}
+	code, body := e.get(c, "/flower/workers")
+	if code != 200 || !strings.Contains(body, `data-prefix="/flower"`) || !strings.Contains(body, `href="/flower/tasks"`) ||
+		strings.Contains(body, `href="/tasks"`) || strings.Contains(body, `action="/action`) {
+		t.Errorf("workers page: %d\n%s", code, body)
+	}
+	if code, body := e.get(c, "/flower/api/workers"); code != 200 || !strings.HasPrefix(body, "{") {
+		t.Errorf("/flower/api/workers: %d %s", code, body)
+	}
+	for _, bad := range []string{"a/../b", "x y", "/ok/", "a//b"} {
+		_, err := New(Options{Transport: e.tr, URLPrefix: bad})
+		if (err == nil) != (bad == "/ok/") {
+			t.Errorf("URLPrefix %q: %v", bad, err)
+		}
+	}
+}

@@ -60,6 +60,37 @@ var funcs = template.FuncMap{
 	},
 }
 
+// withPrefix puts the URL prefix before every site-absolute link, form
+// action and source of a rendered page. Only the templates can write
+// `href="/`: what they interpolate is escaped, quotes included.
+func withPrefix(page []byte, prefix string) []byte {
+	for _, attr := range []string{`href="/`, `action="/`, `src="/`} {
+		page = bytes.ReplaceAll(page, []byte(attr), []byte(attr[:len(attr)-1]+prefix+"/"))
+	}
+	return page
+}
+
+// prefixWriter puts the URL prefix before a site-absolute redirect.
+type prefixWriter struct {
+	http.ResponseWriter
+	prefix string
+}
+
+func (p *prefixWriter) WriteHeader(code int) {
+	if loc := p.Header().Get("Location"); strings.HasPrefix(loc, "/") && !strings.HasPrefix(loc, "//") {
+		p.Header().Set("Location", p.prefix+loc)
+	}
+	p.ResponseWriter.WriteHeader(code)
+}
+
+func (p *prefixWriter) Flush() {
+	if f, ok := p.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (p *prefixWriter) Unwrap() http.ResponseWriter { return p.ResponseWriter }
+
 // zoned is how pages show a time: UTC, and saying so, since the workers'
 // clocks and the reader's zone differ.
 func zoned(t time.Time) string {
@@ -90,6 +121,7 @@ type page struct {
 	Stats           Stats
 	Now             time.Time
 	Self            string // this page's path and query, for "back" links
+	Prefix          string // Options.URLPrefix
 	Data            any
 }
 
@@ -129,6 +161,22 @@ func (d *Dashboard) Handler() http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		securityHeaders(w.Header())
+		if p := d.o.URLPrefix; p != "" {
+			rest, ok := strings.CutPrefix(r.URL.Path, p)
+			if !ok || rest != "" && rest[0] != '/' {
+				http.NotFound(w, r)
+				return
+			}
+			if rest == "" {
+				rest = "/"
+			}
+			r2 := *r
+			u := *r.URL
+			u.Path, u.RawPath = rest, ""
+			r2.URL = &u
+			r = &r2
+			w = &prefixWriter{ResponseWriter: w, prefix: p}
+		}
 		if !d.hostAllowed(r.Host) {
 			http.Error(w, "unknown host: start the dashboard with --allowed-host "+clip(r.Host, 64)+" to serve this name", http.StatusMisdirectedRequest)
 			return
@@ -194,15 +242,20 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, p
 	if r.Header.Get("X-Fragment") == "1" {
 		name += "-live"
 	}
+	p.Prefix = d.o.URLPrefix
 	var buf bytes.Buffer
 	if err := pages.ExecuteTemplate(&buf, name, p); err != nil {
 		d.log.Error("rendering a page failed", zap.String("template", name), zap.Error(err))
 		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
 		return
 	}
+	out := buf.Bytes()
+	if p.Prefix != "" {
+		out = withPrefix(out, p.Prefix)
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(out)
 }
 
 type workerRow struct {

@@ -31,7 +31,8 @@
         if (again) { again = false; refresh(); }
       });
   }
-  var es = new EventSource("/events");
+  // Behind a reverse proxy the dashboard lives under a prefix (--url-prefix).
+  var es = new EventSource((document.documentElement.dataset.prefix || "") + "/events");
   var bannerEl = document.getElementById("broker-down");
   var brokerOK = !bannerEl || bannerEl.hidden;
   function counts(ev) {
