@@ -1064,3 +1064,26 @@ func TestURLPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestStatsAllTasks: the throughput page leads with every task's
+// completions and runtimes, and the queue wait (received to started).
+func TestStatsAllTasks(t *testing.T) {
+	e := newEnv(t, Options{})
+	now := float64(time.Now().UnixNano()) / 1e9
+	for i, name := range []string{"tasks.a", "tasks.b", "tasks.b"} {
+		id := fmt.Sprintf("s%d", i)
+		e.d.store.Apply(map[string]any{"type": "task-received", "uuid": id, "name": name, "hostname": "w", "timestamp": now - 3})
+		e.d.store.Apply(map[string]any{"type": "task-started", "uuid": id, "hostname": "w", "timestamp": now - 1})
+		e.d.store.Apply(map[string]any{"type": "task-succeeded", "uuid": id, "hostname": "w", "timestamp": now, "runtime": 0.5})
+	}
+	e.d.store.Apply(map[string]any{"type": "task-failed", "uuid": "s9", "name": "tasks.a", "hostname": "w", "timestamp": now})
+	all, waits := e.d.store.SeriesAll(time.Now())
+	last, lastWait := all[len(all)-1], waits[len(waits)-1]
+	if last.Succeeded != 3 || last.Failed != 1 || last.P50 != 0.5 || lastWait.Succeeded != 3 || lastWait.P50 < 1.99 || lastWait.P50 > 2.01 {
+		t.Errorf("all %+v, waits %+v", last, lastWait)
+	}
+	_, body := e.get(e.client(), "/stats")
+	if !strings.Contains(body, `id="stats-all"`) || !strings.Contains(body, "queue wait p50 2") || strings.Count(body, `<svg class="plot"`) < 4 {
+		t.Errorf("stats page:\n%s", body)
+	}
+}

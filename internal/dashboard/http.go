@@ -496,7 +496,33 @@ func (d *Dashboard) statsPage(w http.ResponseWriter, r *http.Request) {
 		}
 		rows = append(rows, row)
 	}
-	d.render(w, r, http.StatusOK, page{Title: "Throughput and runtime", Nav: "stats", Template: "stats", Data: rows})
+	all, waits := d.store.SeriesAll(now)
+	data := statsData{Rows: rows, All: plot("all tasks", all), Waits: plot("queue wait", waits)}
+	// The last minute that has passed: the current one is partial.
+	if len(all) >= 2 {
+		m := all[len(all)-2]
+		data.OKPerSec, data.FailPerSec = float64(m.Succeeded)/60, float64(m.Failed)/60
+	}
+	if last := lastWith(all); last != nil {
+		data.RunP50, data.RunP95 = last.P50, last.P95
+	}
+	if last := lastWith(waits); last != nil {
+		data.WaitP50, data.WaitP95 = last.P50, last.P95
+	}
+	for _, p := range all {
+		data.Any = data.Any || p.Succeeded+p.Failed > 0
+	}
+	d.render(w, r, http.StatusOK, page{Title: "Throughput and runtime", Nav: "stats", Template: "stats", Data: data})
+}
+
+// statsData is the throughput page: every task's figures, then per name.
+type statsData struct {
+	Rows                 []statsRow
+	All, Waits           template.HTML
+	Any                  bool
+	OKPerSec, FailPerSec float64
+	RunP50, RunP95       float64
+	WaitP50, WaitP95     float64
 }
 
 func lastWith(ps []Point) *Point {

@@ -153,6 +153,9 @@ type Store struct {
 	head    int
 	workers map[string]*Worker
 	names   map[string]*nameStats
+	// all are every task's completions and runtimes, and waits the queue
+	// waits (received to started), by minute.
+	all, waits nameStats
 	version uint64
 	changed chan struct{} // closed and replaced on every change
 	events  uint64        // events applied, for the status line
@@ -428,18 +431,14 @@ func (s *Store) applyTask(typ string, ev map[string]any, ts time.Time) {
 	if (typ == "task-succeeded" || typ == "task-failed") && t.Name != "" {
 		s.record(t.Name, ts, typ == "task-succeeded", t.Runtime)
 	}
+	if typ == "task-started" && !t.Received.IsZero() && !ts.Before(t.Received) {
+		// The same worker stamps both: its clock, not the producer's.
+		s.waits.add(ts, true, ts.Sub(t.Received).Seconds())
+	}
 }
 
-// record counts a completion in the name's minute bucket.
-func (s *Store) record(name string, ts time.Time, ok bool, runtime float64) {
-	ns := s.names[name]
-	if ns == nil {
-		if len(s.names) >= s.maxNames {
-			return
-		}
-		ns = &nameStats{}
-		s.names[name] = ns
-	}
+// add counts a completion (or a wait) and samples its duration.
+func (ns *nameStats) add(ts time.Time, ok bool, secs float64) {
 	minute := ts.Unix() / int64(bucketWidth/time.Second)
 	b := &ns.buckets[int(minute%bucketsPerName)]
 	if b.start != minute {
@@ -450,16 +449,57 @@ func (s *Store) record(name string, ts time.Time, ok bool, runtime float64) {
 	} else {
 		b.failed++
 	}
-	if runtime <= 0 {
-		return // no runtime reported (celeriac's task-failed has none)
+	if secs <= 0 {
+		return
 	}
 	b.seen++
-	r := float32(runtime)
+	r := float32(secs)
 	if len(b.runtimes) < maxSamples {
 		b.runtimes = append(b.runtimes, r)
 	} else if j := rand.IntN(b.seen); j < maxSamples {
 		b.runtimes[j] = r
 	}
+}
+
+// series returns the last bucketsPerName minutes, oldest first.
+func (ns *nameStats) series(now time.Time) []Point {
+	cur := now.Unix() / int64(bucketWidth/time.Second)
+	out := make([]Point, 0, bucketsPerName)
+	for m := cur - bucketsPerName + 1; m <= cur; m++ {
+		p := Point{Time: time.Unix(m*int64(bucketWidth/time.Second), 0).UTC()}
+		if ns != nil {
+			if b := &ns.buckets[int(m%bucketsPerName)]; b.start == m {
+				p.Succeeded, p.Failed, p.Samples = b.succeeded, b.failed, len(b.runtimes)
+				p.P50, p.P95 = percentiles(b.runtimes)
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// SeriesAll returns every task's completions and runtimes by minute, and
+// the queue waits (received to started; P50/P95 of each point, counts in
+// Succeeded), oldest first.
+func (s *Store) SeriesAll(now time.Time) (all, waits []Point) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.all.series(now), s.waits.series(now)
+}
+
+// record counts a completion in the name's minute bucket and in every
+// task's.
+func (s *Store) record(name string, ts time.Time, ok bool, runtime float64) {
+	s.all.add(ts, ok, runtime)
+	ns := s.names[name]
+	if ns == nil {
+		if len(s.names) >= s.maxNames {
+			return
+		}
+		ns = &nameStats{}
+		s.names[name] = ns
+	}
+	ns.add(ts, ok, runtime)
 }
 
 // Point is one minute of a task name's statistics.
@@ -475,20 +515,7 @@ type Point struct {
 func (s *Store) Series(name string, now time.Time) []Point {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	ns := s.names[name]
-	cur := now.Unix() / int64(bucketWidth/time.Second)
-	out := make([]Point, 0, bucketsPerName)
-	for m := cur - bucketsPerName + 1; m <= cur; m++ {
-		p := Point{Time: time.Unix(m*int64(bucketWidth/time.Second), 0).UTC()}
-		if ns != nil {
-			if b := &ns.buckets[int(m%bucketsPerName)]; b.start == m {
-				p.Succeeded, p.Failed, p.Samples = b.succeeded, b.failed, len(b.runtimes)
-				p.P50, p.P95 = percentiles(b.runtimes)
-			}
-		}
-		out = append(out, p)
-	}
-	return out
+	return s.names[name].series(now)
 }
 
 func percentiles(rs []float32) (p50, p95 float64) {
