@@ -156,10 +156,10 @@ type Store struct {
 	// all are every task's completions and runtimes, and waits the queue
 	// waits (received to started), by minute.
 	all, waits nameStats
-	version uint64
-	changed chan struct{} // closed and replaced on every change
-	events  uint64        // events applied, for the status line
-	now     func() time.Time
+	version    uint64
+	changed    chan struct{} // closed and replaced on every change
+	events     uint64        // events applied, for the status line
+	now        func() time.Time
 }
 
 // NewStore returns a store keeping at most maxTasks tasks.
