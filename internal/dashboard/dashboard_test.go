@@ -1087,3 +1087,37 @@ func TestStatsAllTasks(t *testing.T) {
 		t.Errorf("stats page:\n%s", body)
 	}
 }
+
+// TestWorkflow: a task's page shows the canvas it is part of, as a tree
+// under its root: a chain's steps under the step that sent them, a
+// group's members side by side, with their states.
+func TestWorkflow(t *testing.T) {
+	e := newEnv(t, Options{})
+	s := e.d.store
+	s.Apply(at(1, ev("task-received", "root", "name", "tasks.a", "root_id", "root")))
+	s.Apply(at(2, ev("task-succeeded", "root", "result", "1")))
+	s.Apply(at(3, ev("task-received", "g1", "name", "tasks.b", "root_id", "root", "parent_id", "root")))
+	s.Apply(at(4, ev("task-received", "g2", "name", "tasks.b", "root_id", "root", "parent_id", "root")))
+	s.Apply(at(5, ev("task-failed", "g2", "exception", "ValueError('g2')")))
+	s.Apply(at(6, ev("task-received", "body", "name", "tasks.sum", "root_id", "root", "parent_id", "g1")))
+	s.Apply(at(7, ev("task-received", "other", "name", "tasks.x", "root_id", "elsewhere")))
+	wf := s.Workflow("root", 10)
+	var got []string
+	for _, n := range wf {
+		got = append(got, fmt.Sprintf("%s@%d:%s", n.ID, n.Depth, n.State))
+	}
+	if want := "root@0:SUCCESS g1@1:RECEIVED body@2:RECEIVED g2@1:FAILURE"; strings.Join(got, " ") != want {
+		t.Errorf("workflow %q, want %q", strings.Join(got, " "), want)
+	}
+	if n := len(s.Workflow("root", 2)); n != 2 {
+		t.Errorf("limit 2: %d tasks", n)
+	}
+	_, body := e.get(e.client(), "/task/body")
+	if !strings.Contains(body, `id="task-workflow"`) || !strings.Contains(body, `data-task="g2" data-depth="1"`) || !strings.Contains(body, "ValueError(&#39;g2&#39;)") ||
+		!strings.Contains(body, `<strong>body</strong>`) || strings.Contains(body, `data-task="other"`) || strings.Contains(body, "style=") {
+		t.Errorf("task page of a workflow member:\n%s", body)
+	}
+	if _, body := e.get(e.client(), "/task/other"); strings.Contains(body, `id="task-workflow"`) {
+		t.Error("a task alone shows a workflow")
+	}
+}

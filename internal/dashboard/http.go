@@ -365,7 +365,14 @@ type taskData struct {
 	BackendErr   string
 	// Revocable: not in a final state.
 	Revocable bool
+	// Workflow is the canvas the task is part of, when it has more than
+	// the task itself: every task of its root, as a tree.
+	Workflow     []WorkflowNode
+	WorkflowRoot string
 }
+
+// maxWorkflow bounds the tasks a workflow view lists.
+const maxWorkflow = 200
 
 func (d *Dashboard) taskPage(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
@@ -413,6 +420,13 @@ func (d *Dashboard) taskPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data.Revocable = !ready(data.Task.State)
+	root := data.Task.RootID
+	if root == "" {
+		root = id // a root task's root_id is itself, which the store drops
+	}
+	if wf := d.store.Workflow(root, maxWorkflow); len(wf) > 1 {
+		data.Workflow, data.WorkflowRoot = wf, root
+	}
 	d.render(w, r, http.StatusOK, page{Title: "Task " + id, Nav: "tasks", Template: "task", Data: data})
 }
 

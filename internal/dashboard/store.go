@@ -643,6 +643,68 @@ func (s *Store) Tasks(f Filter, offset, limit int) ([]Task, int) {
 	return out, total
 }
 
+// WorkflowNode is a task of a workflow, at its depth under the root.
+type WorkflowNode struct {
+	Task
+	Depth int
+}
+
+// Indent is the depth as the page indents it (at most 8 steps).
+func (n WorkflowNode) Indent() int { return min(n.Depth, 8) }
+
+// Workflow returns the tasks of root's workflow that the history holds:
+// root, then every task whose root_id is root, each under its parent
+// (depth first, in the order the parent saw them), at most limit. A task
+// whose parent is not held comes after, at depth 1.
+func (s *Store) Workflow(root string, limit int) []WorkflowNode {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	kids := map[string][]*Task{}
+	var members []*Task
+	for _, t := range s.tasks {
+		if t.RootID == root && t.ID != root {
+			members = append(members, t)
+		}
+	}
+	sort.Slice(members, func(i, j int) bool {
+		a, b := members[i], members[j]
+		if !a.Received.Equal(b.Received) {
+			return a.Received.Before(b.Received)
+		}
+		return a.ID < b.ID
+	})
+	for _, t := range members {
+		parent := t.ParentID
+		if parent == "" || (s.tasks[parent] == nil && parent != root) {
+			parent = root
+		}
+		kids[parent] = append(kids[parent], t)
+	}
+	var out []WorkflowNode
+	seen := map[string]bool{}
+	var walk func(t *Task, depth int)
+	walk = func(t *Task, depth int) {
+		if len(out) >= limit || seen[t.ID] {
+			return
+		}
+		seen[t.ID] = true
+		c := *t
+		c.Children = nil
+		out = append(out, WorkflowNode{Task: c, Depth: depth})
+		for _, k := range kids[t.ID] {
+			walk(k, depth+1)
+		}
+	}
+	if rt := s.tasks[root]; rt != nil {
+		walk(rt, 0)
+	} else {
+		for _, k := range kids[root] {
+			walk(k, 1)
+		}
+	}
+	return out
+}
+
 // Stats are counts for the status line.
 type Stats struct {
 	Tasks, Workers int
