@@ -44,6 +44,7 @@ import (
 type IOWorker struct {
 	Kind        string // "celeriac", "prefork", "threads", "gevent"
 	Concurrency int
+	N           int // tasks of its drain; 0: IOOptions.N
 }
 
 func (w IOWorker) String() string {
@@ -53,7 +54,9 @@ func (w IOWorker) String() string {
 	return fmt.Sprintf("Python %s -c %d", w.Kind, w.Concurrency)
 }
 
-// ParseIOWorkers reads "celeriac:100,prefork:16,...".
+// ParseIOWorkers reads "celeriac:100,prefork:16:1000,...": kind,
+// concurrency and, optionally, the tasks of its drain (a slow pool's drain
+// need not be as long as a fast one's to be measured).
 func ParseIOWorkers(s string) ([]IOWorker, error) {
 	var out []IOWorker
 	for _, part := range strings.Split(s, ",") {
@@ -61,17 +64,27 @@ func ParseIOWorkers(s string) ([]IOWorker, error) {
 		if part == "" {
 			continue
 		}
-		kind, c, ok := strings.Cut(part, ":")
-		n, err := strconv.Atoi(c)
-		if !ok || err != nil || n < 1 {
-			return nil, fmt.Errorf("worker %q: want KIND:CONCURRENCY (celeriac:1000, gevent:500)", part)
+		f := strings.Split(part, ":")
+		kind := f[0]
+		var n, tasks int
+		var err error
+		if len(f) >= 2 {
+			n, err = strconv.Atoi(f[1])
+		}
+		if len(f) == 3 && err == nil {
+			if tasks, err = strconv.Atoi(f[2]); err == nil && tasks < 1 {
+				err = errors.New("no tasks")
+			}
+		}
+		if len(f) < 2 || len(f) > 3 || err != nil || n < 1 {
+			return nil, fmt.Errorf("worker %q: want KIND:CONCURRENCY[:TASKS] (celeriac:1000, gevent:500:2000)", part)
 		}
 		switch kind {
 		case "celeriac", "prefork", "threads", "gevent", "solo":
 		default:
 			return nil, fmt.Errorf("worker %q: kind is celeriac, prefork, threads, gevent or solo", part)
 		}
-		out = append(out, IOWorker{Kind: kind, Concurrency: n})
+		out = append(out, IOWorker{Kind: kind, Concurrency: n, N: tasks})
 	}
 	if len(out) == 0 {
 		return nil, errors.New("no worker")
@@ -89,7 +102,7 @@ type IOOptions struct {
 	PythonPath string
 	Exe        string // the celeriac binary (default this executable)
 	Workers    []IOWorker
-	N          int           // tasks per drain (default 5 000)
+	N          int           // tasks per drain (default 20 000)
 	Delay      time.Duration // the server's answer delay (default 50 ms)
 	TailEvery  int           // every TailEvery-th request waits Tail instead (default 100; 0: none)
 	Tail       time.Duration // default 1 s
@@ -111,7 +124,7 @@ func (o *IOOptions) defaults() {
 		o.Exe, _ = os.Executable()
 	}
 	if o.N <= 0 {
-		o.N = 5000
+		o.N = 20000
 	}
 	if o.Delay <= 0 {
 		o.Delay = 50 * time.Millisecond
@@ -142,6 +155,7 @@ func (o *IOOptions) defaults() {
 // IOResult is one worker's figures.
 type IOResult struct {
 	Worker     IOWorker
+	N          int // tasks drained
 	Err        string
 	Throughput float64 // tasks/s over the drain
 	// Queue wait and end to end of the drain's tasks: publish to the
@@ -377,18 +391,23 @@ func runIOWorker(ctx context.Context, o *IOOptions, srv *ioServer, pub *client.C
 	srv.reset(run)
 	cpu0, redis0 := sampleTree(cmd.Process.Pid).cpu, redisCPU(ctx, rdb)
 	start := time.Now()
-	if err := publishN(ctx, pub, srv, run, o.N, nil); err != nil {
+	n := o.N
+	if w.N > 0 {
+		n = w.N
+	}
+	res.N = n
+	if err := publishN(ctx, pub, srv, run, n, nil); err != nil {
 		return failed("publish", err)
 	}
-	if err := waitCount(srv, o.N, o.Timeout, exited); err != nil {
+	if err := waitCount(srv, n, o.Timeout, exited); err != nil {
 		return failed("drain", err)
 	}
 	elapsed := time.Since(start)
 	cpu1, redis1 := sampleTree(cmd.Process.Pid).cpu, redisCPU(ctx, rdb)
-	res.Throughput = float64(o.N) / elapsed.Seconds()
-	res.CPUPerTask = (cpu1 - cpu0) / time.Duration(o.N)
+	res.Throughput = float64(n) / elapsed.Seconds()
+	res.CPUPerTask = (cpu1 - cpu0) / time.Duration(n)
 	if redis0 >= 0 && redis1 >= redis0 {
-		res.RedisCPU = (redis1 - redis0) / time.Duration(o.N)
+		res.RedisCPU = (redis1 - redis0) / time.Duration(n)
 	}
 	var waits, e2es []time.Duration
 	for _, h := range srv.hits() {
@@ -565,17 +584,17 @@ def io(url):
 // WriteIOReport writes the I/O benchmark's tables in Markdown.
 func WriteIOReport(w io.Writer, o IOOptions, res []IOResult) {
 	o.defaults()
-	fmt.Fprintf(w, "## I/O-bound tasks\n\nEach task GETs a loopback HTTP server that answers after %v (every %dth request after %v); %d tasks per drain, from Redis.\n\n",
+	fmt.Fprintf(w, "## I/O-bound tasks\n\nEach task GETs a loopback HTTP server that answers after %v (every %dth request after %v); %d tasks per drain unless the worker says otherwise, from Redis.\n\n",
 		o.Delay, o.TailEvery, o.Tail, o.N)
-	fmt.Fprintln(w, "| worker | tasks/s | queue wait p50 / p99 | end to end p50 / p99 / p99.9 | CPU per task | peak RSS | Redis CPU per task |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| worker | tasks | tasks/s | queue wait p50 / p99 | end to end p50 / p99 / p99.9 | CPU per task | peak RSS | Redis CPU per task |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 1, 64) }
 	for _, r := range res {
 		if r.Err != "" && r.Throughput == 0 {
-			fmt.Fprintf(w, "| %s | failed: %s |  |  |  |  |  |\n", r.Worker, firstLine(r.Err))
+			fmt.Fprintf(w, "| %s |  | failed: %s |  |  |  |  |  |\n", r.Worker, firstLine(r.Err))
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %.0f | %s / %s ms | %s / %s / %s ms | %d µs | %.0f MB | %.1f µs |\n", r.Worker, r.Throughput,
+		fmt.Fprintf(w, "| %s | %d | %.0f | %s / %s ms | %s / %s / %s ms | %d µs | %.0f MB | %.1f µs |\n", r.Worker, r.N, r.Throughput,
 			ms(r.Wait.P50), ms(r.Wait.P99), ms(r.E2E.P50), ms(r.E2E.P99), ms(r.E2E.P999),
 			r.CPUPerTask.Microseconds(), float64(r.PeakRSS)/1e6, float64(r.RedisCPU.Nanoseconds())/1e3)
 	}

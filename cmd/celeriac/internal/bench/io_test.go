@@ -14,6 +14,9 @@ func TestParseIOWorkers(t *testing.T) {
 	}{
 		{"celeriac:100, gevent:500", "celeriac -c 100|Python gevent -c 500"},
 		{"prefork:16,threads:100,solo:1", "Python prefork -c 16|Python threads -c 100|Python solo -c 1"},
+		{"threads:100:2000", "Python threads -c 100"},
+		{"threads:100:0", ""},
+		{"threads:100:2:3", ""},
 		{"celeriac", ""},
 		{"celeriac:0", ""},
 		{"eventlet:10", ""},
@@ -53,13 +56,13 @@ func TestPercentilesOf(t *testing.T) {
 func TestWriteIOReport(t *testing.T) {
 	var b bytes.Buffer
 	WriteIOReport(&b, IOOptions{N: 10, Loads: []float64{0.5}}, []IOResult{
-		{Worker: IOWorker{"celeriac", 100}, Throughput: 1900, E2E: Percentiles{P50: 51 * time.Millisecond}, CPUPerTask: 40 * time.Microsecond,
+		{Worker: IOWorker{Kind: "celeriac", Concurrency: 100}, N: 10, Throughput: 1900, E2E: Percentiles{P50: 51 * time.Millisecond}, CPUPerTask: 40 * time.Microsecond,
 			PeakRSS: 30e6, RedisCPU: 9500 * time.Nanosecond, Loads: []IOLoad{{Fraction: 0.5, Rate: 950, E2E: Percentiles{P50: 50500 * time.Microsecond, P99: 60 * time.Millisecond}}}},
-		{Worker: IOWorker{"gevent", 500}, Err: "the worker exited: boom\nlog"},
+		{Worker: IOWorker{Kind: "gevent", Concurrency: 500}, Err: "the worker exited: boom\nlog"},
 	})
 	out := b.String()
-	for _, want := range []string{"| celeriac -c 100 | 1900 | 0.0 / 0.0 ms | 51.0 / 0.0 / 0.0 ms | 40 µs | 30 MB | 9.5 µs |",
-		"| Python gevent -c 500 | failed: the worker exited: boom |", "| celeriac -c 100 | 950/s: 50.5 / 60.0 |", "| Python gevent -c 500 | - |"} {
+	for _, want := range []string{"| celeriac -c 100 | 10 | 1900 | 0.0 / 0.0 ms | 51.0 / 0.0 / 0.0 ms | 40 µs | 30 MB | 9.5 µs |",
+		"| Python gevent -c 500 |  | failed: the worker exited: boom |", "| celeriac -c 100 | 950/s: 50.5 / 60.0 |", "| Python gevent -c 500 | - |"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
