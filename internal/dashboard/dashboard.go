@@ -144,6 +144,9 @@ type Dashboard struct {
 	// one answered), since brokerDown.
 	brokerErr  string
 	brokerDown time.Time
+
+	askMu sync.Mutex
+	asked map[string]workerAsked // see workerReplies
 }
 
 // BrokerDown reports whether the last queue sample reached the broker for

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1120,4 +1121,38 @@ func TestWorkflow(t *testing.T) {
 	if _, body := e.get(e.client(), "/task/other"); strings.Contains(body, `id="task-workflow"`) {
 		t.Error("a task alone shows a workflow")
 	}
+}
+
+// TestWorkerPageAsksOncePerRefresh: the worker page is live; its refreshes
+// within RefreshEvery reuse the worker's replies instead of asking again.
+func TestWorkerPageAsksOncePerRefresh(t *testing.T) {
+	tr := memory.New(memory.Config{})
+	t.Cleanup(func() { tr.Close() })
+	ctl := &countingControl{}
+	d, err := New(Options{Transport: tr, Control: ctl, BrokerScheme: "memory", RefreshEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d.Handler())
+	t.Cleanup(srv.Close)
+	e := &env{t: t, d: d, srv: srv, tr: tr}
+	c := e.client()
+	for range 5 {
+		if code, body := e.get(c, "/worker/w1@host"); code != 200 || !strings.Contains(body, "pid 4242") {
+			t.Fatalf("worker page: %d", code)
+		}
+	}
+	if n := ctl.calls.Load(); n != 4 {
+		t.Errorf("5 views asked %d questions, want the first view's 4", n)
+	}
+}
+
+type countingControl struct {
+	workerControl
+	calls atomic.Int32
+}
+
+func (c *countingControl) Call(ctx context.Context, method string, args map[string]any, o client.ControlOptions) ([]client.Reply, error) {
+	c.calls.Add(1)
+	return c.workerControl.Call(ctx, method, args, o)
 }

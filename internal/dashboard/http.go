@@ -845,6 +845,11 @@ func (d *Dashboard) workerAction(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unknown action or no worker", http.StatusBadRequest)
 		return
 	}
+	// The worker page shows what the action changed, not replies kept
+	// from before it.
+	d.askMu.Lock()
+	delete(d.asked, host)
+	d.askMu.Unlock()
 	args := map[string]any{}
 	switch op {
 	case "pool_grow", "pool_shrink":

@@ -53,13 +53,44 @@ func (d *Dashboard) workerPage(w http.ResponseWriter, r *http.Request) {
 	}
 	if !d.o.ReadOnly {
 		data.Asked = true
-		d.askWorker(r.Context(), name, &data)
+		d.workerReplies(r.Context(), name, &data)
 	}
 	status := http.StatusOK
 	if !data.Known && data.Err != "" {
 		status = http.StatusNotFound
 	}
 	d.render(w, r, status, page{Title: "Worker " + name, Nav: "workers", Template: "worker", Data: data})
+}
+
+// workerAsked is a worker's replies, kept for RefreshEvery: the page is
+// live, and every event would otherwise ask the worker four questions.
+type workerAsked struct {
+	at   time.Time
+	data workerPageData
+}
+
+// maxAskedWorkers bounds the replies kept.
+const maxAskedWorkers = 64
+
+// workerReplies fills data from the worker's replies, asked again when
+// older than RefreshEvery.
+func (d *Dashboard) workerReplies(ctx context.Context, name string, data *workerPageData) {
+	d.askMu.Lock()
+	a, ok := d.asked[name]
+	d.askMu.Unlock()
+	if !ok || time.Since(a.at) >= d.o.RefreshEvery {
+		a = workerAsked{at: time.Now()}
+		d.askWorker(ctx, name, &a.data)
+		d.askMu.Lock()
+		if d.asked == nil || len(d.asked) >= maxAskedWorkers {
+			d.asked = map[string]workerAsked{}
+		}
+		d.asked[name] = a
+		d.askMu.Unlock()
+	}
+	r := a.data
+	data.Err, data.Prefetch, data.PoolMax, data.Autoscale, data.PID = r.Err, r.Prefetch, r.PoolMax, r.Autoscale, r.PID
+	data.Registered, data.Queues, data.Totals, data.Active, data.Stats = r.Registered, r.Queues, r.Totals, r.Active, r.Stats
 }
 
 // askWorker fills data from the worker's replies, asked at once.
