@@ -172,27 +172,12 @@ func runGrayBackendFault(t *testing.T, kind string, f grayFault) {
 			if s.version == "" {
 				cfg := fltWorkerConfig{Broker: s.broker, Backend: backendURL, Effects: effectsURL, Prefix: s.prefix,
 					Queue: s.queue, Name: s.queue, Hostname: s.hostname, Concurrency: 4}
-				p := startFltWorker(t, cfg)
-				startMu.Lock()
-				s.stop, s.alive, s.log = func() { _ = p.Term(30 * time.Second) }, func() bool { return !p.Exited() }, p.Log
-				startMu.Unlock()
+				s.attachFlt(&startMu, startFltWorker(t, cfg))
 				return
 			}
-			w := startGrayPyWorker(t, s.version, map[string]string{"IT_BROKER": s.broker, "IT_QUEUE": s.queue,
+			s.attachPy(&startMu, startGrayPyWorker(t, s.version, map[string]string{"IT_BROKER": s.broker, "IT_QUEUE": s.queue,
 				"IT_EFFECTS": effectsURL, "IT_PREFIX": s.prefix, "IT_BACKEND": backendURL},
-				"-n", s.hostname, "-c", "4", "-P", "prefork", "--without-mingle", "--without-gossip", "--without-heartbeat")
-			startMu.Lock()
-			s.stop = func() { w.Stop(20 * time.Second) }
-			s.alive = func() bool {
-				select {
-				case <-w.done:
-					return false
-				default:
-					return true
-				}
-			}
-			s.log = w.Log
-			startMu.Unlock()
+				"-n", s.hostname, "-c", "4", "-P", "prefork", "--without-mingle", "--without-gossip", "--without-heartbeat"))
 		})
 	}
 	wg.Wait()

@@ -413,6 +413,30 @@ type graySubject struct {
 	idleAtEnd            time.Duration // with tasks left: how long nothing ran at the end
 }
 
+// attachFlt makes a celeriac fault-suite worker s's worker; mu guards
+// subjects started at once.
+func (s *graySubject) attachFlt(mu *sync.Mutex, p *fltProc) {
+	mu.Lock()
+	defer mu.Unlock()
+	s.stop, s.alive, s.log = func() { _ = p.Term(30 * time.Second) }, func() bool { return !p.Exited() }, p.Log
+}
+
+// attachPy makes a Python Celery worker s's worker.
+func (s *graySubject) attachPy(mu *sync.Mutex, w *pyWorker) {
+	mu.Lock()
+	defer mu.Unlock()
+	s.stop = func() { w.Stop(20 * time.Second) }
+	s.alive = func() bool {
+		select {
+		case <-w.done:
+			return false
+		default:
+			return true
+		}
+	}
+	s.log = w.Log
+}
+
 func TestGrayFaultsRedis(t *testing.T) {
 	t.Parallel()
 	pythonBin(t)
@@ -531,26 +555,11 @@ func runGrayFault(t *testing.T, b *grayRun, f grayFault) {
 				cfg := fltWorkerConfig{Broker: brokerURL, Effects: effectsURL, Prefix: s.prefix, Queue: s.queue,
 					Name: s.queue, Hostname: s.hostname, Concurrency: 4, VisibilityTimeout: 30,
 					Control: true, ReadyAddr: fmt.Sprintf("127.0.0.1:%d", port)}
-				p := startFltWorker(t, cfg)
-				startMu.Lock()
-				s.stop, s.alive, s.log = func() { _ = p.Term(30 * time.Second) }, func() bool { return !p.Exited() }, p.Log
-				startMu.Unlock()
+				s.attachFlt(&startMu, startFltWorker(t, cfg))
 				return
 			}
-			w := startGrayPyWorker(t, s.version, map[string]string{"IT_BROKER": brokerURL, "IT_QUEUE": s.queue,
-				"IT_EFFECTS": effectsURL, "IT_PREFIX": s.prefix}, "-n", s.hostname, "-c", "4", "-P", "prefork", "--without-mingle", "--without-gossip")
-			startMu.Lock()
-			s.stop = func() { w.Stop(20 * time.Second) }
-			s.alive = func() bool {
-				select {
-				case <-w.done:
-					return false
-				default:
-					return true
-				}
-			}
-			s.log = w.Log
-			startMu.Unlock()
+			s.attachPy(&startMu, startGrayPyWorker(t, s.version, map[string]string{"IT_BROKER": brokerURL, "IT_QUEUE": s.queue,
+				"IT_EFFECTS": effectsURL, "IT_PREFIX": s.prefix}, "-n", s.hostname, "-c", "4", "-P", "prefork", "--without-mingle", "--without-gossip"))
 		})
 	}
 	wg.Wait()

@@ -19,11 +19,11 @@ import (
 	"github.com/celeriac/celeriac/protocol"
 )
 
-// The JSON API: Flower's paths and shapes (/api/workers, /api/tasks,
+// The JSON API: Flower's paths, answers shaped as Flower documents them
+// (not checked against a running Flower) (/api/workers, /api/tasks,
 // /api/task/info/<id>, /api/task/result/<id>, /api/task/async-apply/<name>,
 // /api/task/revoke/<id>, /api/task/rate-limit/<name>, /api/queues/length),
-// so that scripts written against Flower work against the dashboard, behind
-// the same credentials as the pages. Writes need credentials configured and
+// behind the same credentials as the pages. Writes need credentials configured and
 // given, no --read-only, and either the page's CSRF token or a JSON body
 // (Content-Type: application/json): a form another site makes a browser
 // post cannot have that type without a CORS preflight, which the dashboard
