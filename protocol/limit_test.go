@@ -24,6 +24,11 @@ func limitValues() []any {
 		[]any{int64(1), "two", []any{3.0, nil}, map[string]any{"k": "v", "é": []byte{0xfe}}},
 		map[string]any{"a": strings.Repeat("x", 100), "b\n": []any{"é", int64(2)}, "": map[string]any{}},
 		pyTuple{"one"},
+		// The quote is chosen by a ' beyond the first bytes: a clipped
+		// repr must still open with Python's quote (CI's FuzzJSON found
+		// "000\x08000000'00000" written as '0 at limit 2).
+		"000\b000000'00000", []byte("000000000'0"), map[string]any{"0000000000'0": int64(1)},
+		Decimal("000000000000'0"),
 	}
 }
 

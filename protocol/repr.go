@@ -126,9 +126,9 @@ func appendRepr(b []byte, v any, depth, lim int) []byte {
 	case float64:
 		return appendPyFloatRepr(b, x, 64)
 	case string:
-		return appendPyStr(b, clipInput(x, lim-len(b)))
+		return appendPyStr(b, x, lim-len(b))
 	case []byte:
-		return appendPyBytes(b, clipInput(x, lim-len(b)))
+		return appendPyBytes(b, x, lim-len(b))
 	case []any:
 		if depth >= maxEncodeDepth {
 			return append(b, "[...]"...)
@@ -174,7 +174,7 @@ func appendRepr(b []byte, v any, depth, lim int) []byte {
 			if i > 0 {
 				b = append(b, ", "...)
 			}
-			b = appendPyStr(b, clipInput(k, lim-len(b)))
+			b = appendPyStr(b, k, lim-len(b))
 			b = append(b, ": "...)
 			b = appendRepr(b, x[k], depth+1, lim)
 		}
@@ -195,7 +195,7 @@ func appendRepr(b []byte, v any, depth, lim int) []byte {
 		return append(b, ')')
 	case Decimal:
 		b = append(b, "Decimal("...)
-		b = appendPyStr(b, clipInput(string(x), lim-len(b)))
+		b = appendPyStr(b, string(x), lim-len(b))
 		return append(b, ')')
 	case UUID:
 		b = append(b, "UUID('"...)
@@ -359,12 +359,15 @@ func appendPyFloat(b []byte, f float64, bits int) []byte {
 // quote and no double quote; printable characters as they are, others as
 // \xhh, \uhhhh or \Uhhhhhhhh. Printability follows Go's unicode tables,
 // which match Python's str.isprintable except for characters assigned in
-// Unicode versions the two do not share.
-func appendPyStr(b []byte, s string) []byte {
+// Unicode versions the two do not share. Only what can pass room bytes of
+// output is written, but the quote is chosen from the whole text, so that
+// a clipped repr is a prefix of the whole one.
+func appendPyStr(b []byte, s string, room int) []byte {
 	quote := byte('\'')
 	if strings.IndexByte(s, '\'') >= 0 && strings.IndexByte(s, '"') < 0 {
 		quote = '"'
 	}
+	s = clipInput(s, room)
 	b = append(b, quote)
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -405,12 +408,13 @@ func appendPyStr(b []byte, s string) []byte {
 }
 
 // appendPyBytes writes repr(bytes): b'...' with printable ASCII as is and
-// everything else escaped.
-func appendPyBytes(b []byte, s []byte) []byte {
+// everything else escaped; clipped and quoted as appendPyStr.
+func appendPyBytes(b []byte, s []byte, room int) []byte {
 	quote := byte('\'')
 	if slices.Contains(s, '\'') && !slices.Contains(s, '"') {
 		quote = '"'
 	}
+	s = clipInput(s, room)
 	b = append(b, 'b', quote)
 	for _, c := range s {
 		switch {
