@@ -16,7 +16,7 @@ import (
 )
 
 func newBenchIOWorkerCmd() *cobra.Command {
-	var broker, queue string
+	var broker, queue, results string
 	var c int
 	cmd := &cobra.Command{
 		Use:    "ioworker",
@@ -26,13 +26,14 @@ func newBenchIOWorkerCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			return bench.RunIOWorker(ctx, broker, queue, c)
+			return bench.RunIOWorker(ctx, broker, queue, c, results)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&broker, "broker-url", "", "redis:// URL")
 	fl.StringVar(&queue, "queue", "bench_io", "queue to consume")
 	fl.IntVarP(&c, "concurrency", "c", 100, "slots")
+	fl.StringVar(&results, "result-backend", "", "redis:// URL to store results in (default: results ignored)")
 	return cmd
 }
 
@@ -48,10 +49,14 @@ task that calls an API does. Each worker drains --n such tasks from Redis
 (throughput, queue wait and end to end p50/p99/p99.9, CPU per task, peak
 RSS, Redis CPU per task), then takes Poisson arrivals at --loads fractions
 of the throughput it showed, for --load-for each (end to end p50/p99).
+With --results every worker stores results in Redis, and each open-loop
+task is awaited by the Go client's AsyncResult.Get: publish to result as a
+caller sees it.
 Tasks are published by celeriac's client; the database --redis-db must be
 empty and is emptied at the end.`,
 		Example: `  celeriac bench io --redis-db 9 > io.md
   celeriac bench io --redis-db 9 --workers celeriac:1000,gevent:500 --n 2000
+  celeriac bench io --redis-db 9 --results > io-results.md
   celeriac bench io --redis-db 9 --python-path ~/.cache/celeriac/celery-5.6   # Celery 5.6.3`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -106,5 +111,6 @@ empty and is emptied at the end.`,
 	fl.StringVar(&loads, "loads", "0.25,0.5,0.9", "open-loop arrival rates, as fractions of each worker's throughput")
 	fl.DurationVar(&o.LoadFor, "load-for", 20*time.Second, "arrivals per load level")
 	fl.StringVar(&out, "out", "", "write the report here instead of stdout")
+	fl.BoolVar(&o.Results, "results", false, "store results in Redis and await each open-loop task with the Go client's Get (publish to result latency)")
 	return cmd
 }

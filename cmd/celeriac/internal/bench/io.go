@@ -22,6 +22,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	redisbackend "github.com/celeriac/celeriac/backend/redis"
 	"github.com/celeriac/celeriac/client"
 	redistransport "github.com/celeriac/celeriac/transport/redis"
 	"github.com/celeriac/celeriac/worker"
@@ -110,7 +111,11 @@ type IOOptions struct {
 	LoadFor    time.Duration // arrivals per load level (default 20 s)
 	Timeout    time.Duration // a drain or load not done this long after its last publish is abandoned (default 5 min)
 	Seed       uint64        // of the arrival times (default 31)
-	Log        io.Writer
+	// Results turns results on: every worker stores them in Redis (the
+	// broker's database), and each open-loop task is awaited with the Go
+	// client's Get, which measures publish to result as a caller sees it.
+	Results bool
+	Log     io.Writer
 }
 
 func (o *IOOptions) defaults() {
@@ -173,7 +178,9 @@ type IOLoad struct {
 	Rate     float64 // arrivals/s
 	N        int
 	E2E      Percentiles
-	Err      string
+	// Result is publish to AsyncResult.Get's return, with IOOptions.Results.
+	Result Percentiles
+	Err    string
 }
 
 // Percentiles of a latency sample.
@@ -299,7 +306,16 @@ func RunIO(ctx context.Context, o IOOptions) ([]IOResult, error) {
 		return nil, err
 	}
 	defer tr.Close()
-	pub := client.New(tr, client.Config{DefaultQueue: ioQueue})
+	ccfg := client.Config{DefaultQueue: ioQueue}
+	if o.Results {
+		be, err := redisbackend.New(redisbackend.Config{URL: brokerURL})
+		if err != nil {
+			return nil, err
+		}
+		defer be.Close()
+		ccfg.Backend = be
+	}
+	pub := client.New(tr, ccfg)
 	pyDir, err := os.MkdirTemp("", "celeriac-bench-io-")
 	if err != nil {
 		return nil, err
@@ -329,6 +345,9 @@ func runIOWorker(ctx context.Context, o *IOOptions, srv *ioServer, pub *client.C
 	var cmd *exec.Cmd
 	if w.Kind == "celeriac" {
 		cmd = exec.Command(o.Exe, "bench", "ioworker", "--broker-url", brokerURL, "--queue", ioQueue, "-c", strconv.Itoa(w.Concurrency))
+		if o.Results {
+			cmd.Args = append(cmd.Args, "--result-backend", brokerURL)
+		}
 		cmd.Env = childEnv()
 	} else {
 		cmd = exec.Command(o.Python, "-m", "celery", "-A", "benchio", "worker", "-P", w.Kind, "-c", strconv.Itoa(w.Concurrency),
@@ -339,6 +358,9 @@ func runIOWorker(ctx context.Context, o *IOOptions, srv *ioServer, pub *client.C
 			path = o.PythonPath + string(os.PathListSeparator) + pyDir
 		}
 		cmd.Env = append(childEnv(), "PYTHONPATH="+path, "BENCH_BROKER="+brokerURL, "PYTHONDONTWRITEBYTECODE=1")
+		if o.Results {
+			cmd.Env = append(cmd.Env, "BENCH_BACKEND="+brokerURL)
+		}
 	}
 	out := &tailBuffer{max: 8 << 10}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -396,7 +418,7 @@ func runIOWorker(ctx context.Context, o *IOOptions, srv *ioServer, pub *client.C
 		n = w.N
 	}
 	res.N = n
-	if err := publishN(ctx, pub, srv, run, n, nil); err != nil {
+	if _, err := publishN(ctx, pub, srv, run, n, nil, false); err != nil {
 		return failed("publish", err)
 	}
 	if err := waitCount(srv, n, o.Timeout, exited); err != nil {
@@ -427,10 +449,18 @@ func runIOWorker(ctx context.Context, o *IOOptions, srv *ioServer, pub *client.C
 		for i := range gaps {
 			gaps[i] = time.Duration(rng.ExpFloat64() / l.Rate * float64(time.Second))
 		}
-		if err := publishN(ctx, pub, srv, run, l.N, gaps); err != nil {
+		got, err := publishN(ctx, pub, srv, run, l.N, gaps, o.Results)
+		if err != nil {
 			l.Err = err.Error()
 		} else if err := waitCount(srv, l.N, o.Timeout, exited); err != nil {
 			l.Err = err.Error()
+		}
+		if got != nil {
+			rs, err := got.wait(o.Timeout)
+			if err != nil && l.Err == "" {
+				l.Err = err.Error()
+			}
+			l.Result = percentilesOf(rs)
 		}
 		var e2e []time.Duration
 		for _, h := range srv.hits() {
@@ -438,7 +468,11 @@ func runIOWorker(ctx context.Context, o *IOOptions, srv *ioServer, pub *client.C
 		}
 		l.E2E = percentilesOf(e2e)
 		res.Loads = append(res.Loads, l)
-		fmt.Fprintf(o.Log, "bench io: %s: %.0f%% load (%.0f/s): e2e p50 %v p99 %v\n", w, 100*f, l.Rate, l.E2E.P50, l.E2E.P99)
+		fmt.Fprintf(o.Log, "bench io: %s: %.0f%% load (%.0f/s): e2e p50 %v p99 %v", w, 100*f, l.Rate, l.E2E.P50, l.E2E.P99)
+		if o.Results {
+			fmt.Fprintf(o.Log, ", result p50 %v p99 %v", l.Result.P50, l.Result.P99)
+		}
+		fmt.Fprintln(o.Log)
 		waitIdle(ctx, rdb, 30*time.Second)
 	}
 	return res
@@ -446,8 +480,13 @@ func runIOWorker(ctx context.Context, o *IOOptions, srv *ioServer, pub *client.C
 
 // publishN sends n tasks of run, each after its gap (none: at once), on
 // an open-loop schedule: a late publish does not delay the next one's due
-// time.
-func publishN(ctx context.Context, pub *client.Client, srv *ioServer, run string, n int, gaps []time.Duration) error {
+// time. With results, each task is awaited by a Get of its own from its
+// publish on, as a caller of .delay().get() would.
+func publishN(ctx context.Context, pub *client.Client, srv *ioServer, run string, n int, gaps []time.Duration, results bool) (*resultWaits, error) {
+	var rw *resultWaits
+	if results {
+		rw = &resultWaits{ctx: ctx}
+	}
 	due := time.Now()
 	for i := range n {
 		if gaps != nil {
@@ -456,11 +495,68 @@ func publishN(ctx context.Context, pub *client.Client, srv *ioServer, run string
 				time.Sleep(d)
 			}
 		}
-		if _, err := pub.Send(ctx, "bench.io", []any{srv.url(run, i, time.Now())}, nil); err != nil {
-			return err
+		at := time.Now()
+		r, err := pub.Send(ctx, "bench.io", []any{srv.url(run, i, at)}, nil)
+		if err != nil {
+			return rw, err
+		}
+		if rw != nil {
+			rw.add(r, at)
 		}
 	}
-	return nil
+	return rw, nil
+}
+
+// resultWaits are the Gets of one open-loop level.
+type resultWaits struct {
+	ctx  context.Context
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	n    int // Gets started
+	took []time.Duration
+	errs int
+	err  error
+}
+
+func (w *resultWaits) add(r *client.AsyncResult, published time.Time) {
+	w.mu.Lock()
+	w.n++
+	w.mu.Unlock()
+	w.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(w.ctx, 10*time.Minute)
+		defer cancel()
+		_, err := r.Get(ctx)
+		took := time.Since(published)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if err != nil {
+			w.errs++
+			w.err = err
+			return
+		}
+		w.took = append(w.took, took)
+	})
+}
+
+// wait returns every Get's latency once all have returned; an error when
+// some failed, or when they did not all return within limit (the ones
+// that did are still returned).
+func (w *resultWaits) wait(limit time.Duration) ([]time.Duration, error) {
+	done := make(chan struct{})
+	go func() { w.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(limit):
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return slices.Clone(w.took), fmt.Errorf("%d results not read within %v", w.n-len(w.took)-w.errs, limit)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.errs > 0 {
+		return w.took, fmt.Errorf("%d Gets failed, the last: %v", w.errs, w.err)
+	}
+	return w.took, nil
 }
 
 // waitCount waits until the server has answered n distinct tasks of the
@@ -520,7 +616,7 @@ func redisCPU(ctx context.Context, rdb *goredis.Client) time.Duration {
 // RunIOWorker is `celeriac bench ioworker`: a celeriac worker whose one
 // task, bench.io, GETs its URL, as an I/O-bound Celery task would, until
 // ctx ends.
-func RunIOWorker(ctx context.Context, brokerURL, queue string, concurrency int) error {
+func RunIOWorker(ctx context.Context, brokerURL, queue string, concurrency int, resultBackend string) error {
 	tr, err := redistransport.Dial(ctx, redistransport.Config{URL: brokerURL})
 	if err != nil {
 		return err
@@ -546,9 +642,18 @@ func RunIOWorker(ctx context.Context, brokerURL, queue string, concurrency int) 
 		defer resp.Body.Close()
 		_, err = io.Copy(io.Discard, resp.Body)
 		return nil, err
-	}, worker.IgnoreResult(true))
-	w, err := worker.New(tr, mux, worker.Config{Queues: []string{queue}, Concurrency: concurrency,
-		Hostname: "bench-io-celeriac@%h", WithoutHeartbeat: true, WithoutControl: true})
+	}, worker.IgnoreResult(resultBackend == ""))
+	cfg := worker.Config{Queues: []string{queue}, Concurrency: concurrency,
+		Hostname: "bench-io-celeriac@%h", WithoutHeartbeat: true, WithoutControl: true}
+	if resultBackend != "" {
+		be, err := redisbackend.New(redisbackend.Config{URL: resultBackend})
+		if err != nil {
+			return err
+		}
+		defer be.Close()
+		cfg.Backend = be
+	}
+	w, err := worker.New(tr, mux, cfg)
 	if err != nil {
 		return err
 	}
@@ -564,9 +669,9 @@ import urllib.request
 
 from celery import Celery
 
-app = Celery("benchio", broker=os.environ["BENCH_BROKER"])
+app = Celery("benchio", broker=os.environ["BENCH_BROKER"], backend=os.environ.get("BENCH_BACKEND"))
 app.conf.update(
-    task_ignore_result=True,
+    task_ignore_result="BENCH_BACKEND" not in os.environ,
     worker_prefetch_multiplier=4,
     worker_enable_remote_control=False,
     worker_send_task_events=False,
@@ -598,7 +703,11 @@ func WriteIOReport(w io.Writer, o IOOptions, res []IOResult) {
 			ms(r.Wait.P50), ms(r.Wait.P99), ms(r.E2E.P50), ms(r.E2E.P99), ms(r.E2E.P999),
 			r.CPUPerTask.Microseconds(), float64(r.PeakRSS)/1e6, float64(r.RedisCPU.Nanoseconds())/1e3)
 	}
-	fmt.Fprintf(w, "\nOpen loop: Poisson arrivals for %v at each fraction of the worker's own throughput above; end to end p50 / p99 ms.\n\n", o.LoadFor)
+	fmt.Fprintf(w, "\nOpen loop: Poisson arrivals for %v at each fraction of the worker's own throughput above; end to end p50 / p99 ms", o.LoadFor)
+	if o.Results {
+		fmt.Fprint(w, "; result: publish to the return of the Go client's AsyncResult.Get, p50 / p99 ms")
+	}
+	fmt.Fprint(w, ".\n\n")
 	fmt.Fprint(w, "| worker |")
 	for _, f := range o.Loads {
 		fmt.Fprintf(w, " %.0f %% |", 100*f)
@@ -620,7 +729,11 @@ func WriteIOReport(w io.Writer, o IOOptions, res []IOResult) {
 				fmt.Fprintf(w, " %.0f/s: %s |", l.Rate, firstLine(l.Err))
 				continue
 			}
-			fmt.Fprintf(w, " %.0f/s: %s / %s |", l.Rate, ms(l.E2E.P50), ms(l.E2E.P99))
+			fmt.Fprintf(w, " %.0f/s: %s / %s", l.Rate, ms(l.E2E.P50), ms(l.E2E.P99))
+			if o.Results {
+				fmt.Fprintf(w, "; result %s / %s", ms(l.Result.P50), ms(l.Result.P99))
+			}
+			fmt.Fprint(w, " |")
 		}
 		fmt.Fprintln(w)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -67,4 +68,44 @@ func TestWriteIOReport(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+func TestWriteIOReportResults(t *testing.T) {
+	var b bytes.Buffer
+	WriteIOReport(&b, IOOptions{N: 10, Loads: []float64{0.5}, Results: true}, []IOResult{
+		{Worker: IOWorker{Kind: "threads", Concurrency: 100}, N: 10, Throughput: 300, Loads: []IOLoad{{Fraction: 0.5, Rate: 150,
+			E2E: Percentiles{P50: 52 * time.Millisecond, P99: 60 * time.Millisecond}, Result: Percentiles{P50: 54 * time.Millisecond, P99: 70 * time.Millisecond}}}},
+	})
+	out := b.String()
+	for _, want := range []string{"| Python threads -c 100 | 150/s: 52.0 / 60.0; result 54.0 / 70.0 |", "AsyncResult.Get"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestResultWaitsCounts: wait reports the Gets that have not returned by
+// its limit, and keeps the latencies of those that have.
+func TestResultWaitsCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &resultWaits{ctx: t.Context()}
+		block := make(chan struct{})
+		for i := range 3 {
+			w.n++
+			w.wg.Go(func() {
+				if i == 2 {
+					<-block
+				}
+				w.mu.Lock()
+				w.took = append(w.took, time.Duration(i))
+				w.mu.Unlock()
+			})
+		}
+		got, err := w.wait(time.Minute)
+		if len(got) != 2 || err == nil || !strings.Contains(err.Error(), "1 results not read within 1m0s") {
+			t.Errorf("wait = %v, %v; want 2 latencies and 1 not read", got, err)
+		}
+		close(block)
+		w.wg.Wait()
+	})
 }
