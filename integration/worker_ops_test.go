@@ -441,3 +441,76 @@ assert [r.get(timeout=20) for r in rs] == [2 * i for i in range(20)]
 print("OK")
 `)
 }
+
+// TestUnknownTaskEventAsCelery: a task nobody registered, sent to a Python
+// Celery worker and to a celeriac worker, both with events on. Celery's
+// consumer (on_unknown_task) marks it FAILURE with NotRegistered and sends
+// task-failed with exception "NotRegistered('name')"; celeriac must send
+// the same event, with the same fields, and store the same failure, so
+// that Flower and celery events show both workers' alike.
+func TestUnknownTaskEventAsCelery(t *testing.T) {
+	eachBroker(t, func(t *testing.T, bc brokerCase) {
+		qgo := uniqueQueue(t, bc)
+		qpy := qgo + "_py"
+		t.Cleanup(func() { deleteQueue(t, bc, qpy) })
+		startGoWorker(t, bc, qgo, worker.Config{Concurrency: 2, Hostname: "unk-go@it", SendTaskEvents: true}, nil)
+		startPythonWorker(t, pyClientEnv(bc, qpy), "it_worker_app", "-Q", qpy, "-E", "-P", "solo",
+			"-n", "unk-py@it", "--without-gossip", "--without-mingle", "--without-heartbeat")
+		out := pyClient(t, bc, qgo, fmt.Sprintf(`
+import json, threading
+queues = {"py": %q, "go": %q}
+seen = {}
+lock = threading.Lock()
+def on_event(ev):
+    with lock:
+        seen[(ev["type"], ev.get("uuid") or ev.get("hostname"))] = dict(ev)
+stop = threading.Event()
+def capture():
+    with app.connection() as conn:
+        recv = app.events.Receiver(conn, handlers={"*": on_event})
+        recv.should_stop = False
+        def watch():
+            stop.wait()
+            recv.should_stop = True
+        threading.Thread(target=watch, daemon=True).start()
+        recv.capture(limit=None, timeout=None, wakeup=True)
+threading.Thread(target=capture, daemon=True).start()
+with app.events.default_dispatcher(hostname="probe@it") as probe:
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        probe.send("worker-probe")
+        time.sleep(0.2)
+        with lock:
+            if any(typ == "worker-probe" for typ, _ in seen):
+                break
+    else:
+        raise SystemExit("the event receiver never saw its own probe")
+events = {}
+for who, q in queues.items():
+    r = app.send_task("it_unknown.nope", args=(1,), queue=q)
+    try:
+        r.get(timeout=30)
+        raise SystemExit(who + ": no exception")
+    except Exception as e:
+        assert type(e).__name__ == "NotRegistered", (who, repr(e))
+        assert str(e) == "'it_unknown.nope'", (who, str(e))
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        with lock:
+            ev = seen.get(("task-failed", r.id))
+        if ev:
+            break
+        time.sleep(0.1)
+    else:
+        raise SystemExit(who + ": no task-failed event")
+    events[who] = ev
+    print("EVENT", who, json.dumps(sorted(ev)), ev["exception"], ev["hostname"])
+stop.set()
+assert events["py"]["exception"] == events["go"]["exception"] == "NotRegistered('it_unknown.nope')", events
+assert events["py"]["hostname"] == "unk-py@it" and events["go"]["hostname"] == "unk-go@it", events
+assert set(events["py"]) == set(events["go"]), (sorted(events["py"]), sorted(events["go"]))
+print("OK")
+`, qpy, qgo))
+		t.Log(strings.TrimSpace(out))
+	})
+}
