@@ -514,3 +514,39 @@ print("OK")
 		t.Log(strings.TrimSpace(out))
 	})
 }
+
+// TestWorkerChainOfChords: a chain of chords built by Python Celery runs
+// to the right result on a mixed fleet (a Python worker and a celeriac
+// worker on one queue). Celery 5.6.3 (celery/celery#10171) stopped
+// re-embedding the rest of the chain in every header task of each chord,
+// so on 5.6 the rest travels with the chord's body only; in the 5.5/5.6
+// passes this checks that celeriac continues such a chain wherever the
+// body runs.
+func TestWorkerChainOfChords(t *testing.T) {
+	eachBroker(t, func(t *testing.T, bc brokerCase) {
+		q := uniqueQueue(t, bc)
+		gw := startGoWorker(t, bc, q, worker.Config{Concurrency: 2, PrefetchMultiplier: 1}, nil)
+		startPythonWorker(t, map[string]string{"IT_BROKER": bc.broker, "IT_BACKEND": bc.backend, "IT_QUEUE": q}, "it_worker_pyimpl",
+			"-Q", q, "-c", "2", "--prefetch-multiplier", "1", "-n", "py-"+q+"@%h", "--without-gossip", "--without-mingle", "--without-heartbeat")
+		out := pyClient(t, bc, q, `
+import json
+tsum = app.signature("tasks.tsum")
+# c1 = 2 + 4 = 6; each later chord adds its k to the previous sum in every
+# header task: sum(prev + k) over its ks.
+steps = [chord([add.s(1, 1), add.s(2, 2)], tsum)]
+want = 6
+for ks in ([1, 2], [10, 20, 30], [5], [1, 1, 1, 1]):
+    steps.append(chord([add.s(k) for k in ks], tsum))
+    want = sum(want + k for k in ks)
+r = chain(*steps).apply_async()
+got = r.get(timeout=90)
+assert got == want, (got, want)
+print("RESULT", got)
+print("OK")
+`)
+		t.Log(strings.TrimSpace(out))
+		if gw.ran("tasks.add")+gw.ran("tasks.tsum") == 0 {
+			t.Fatal("the celeriac worker ran no task of the chain")
+		}
+	})
+}
