@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +16,11 @@ import (
 
 	"github.com/celeriac/celeriac/cmd/celeriac/internal/bench"
 )
+
+func dirExists(dir string) bool {
+	fi, err := os.Stat(dir)
+	return err == nil && fi.IsDir()
+}
 
 func newBenchIOWorkerCmd() *cobra.Command {
 	var broker, queue, results string
@@ -39,7 +46,8 @@ func newBenchIOWorkerCmd() *cobra.Command {
 
 func newBenchIOCmd() *cobra.Command {
 	var o bench.IOOptions
-	var workers, loads, out string
+	var workers, fleet, fleetProcs, loads, out, plot string
+	var celeryPaths []string
 	cmd := &cobra.Command{
 		Use:   "io",
 		Short: "Benchmark I/O-bound tasks: celeriac against Python Celery's prefork, threads and gevent pools",
@@ -57,7 +65,8 @@ empty and is emptied at the end.`,
 		Example: `  celeriac bench io --redis-db 9 > io.md
   celeriac bench io --redis-db 9 --workers celeriac:1000,gevent:500 --n 2000
   celeriac bench io --redis-db 9 --results > io-results.md
-  celeriac bench io --redis-db 9 --python-path ~/.cache/celeriac/celery-5.6   # Celery 5.6.3`,
+  celeriac bench io --redis-db 9 --workers threads@5.6:100:1000,gevent@5.6:500:2000   # Celery 5.6.3's pools
+  celeriac bench io --redis-db 9 --workers celeriac:1000,threads:100:1000,threads@5.6:100:1000 --fleet celeriac:1000,threads:100:1000 --plot io.svg`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ws, err := bench.ParseIOWorkers(workers)
@@ -65,6 +74,34 @@ empty and is emptied at the end.`,
 				return usagef("--workers: %v", err)
 			}
 			o.Workers = ws
+			if fleet != "" {
+				if o.Fleet, err = bench.ParseIOWorkers(fleet); err != nil {
+					return usagef("--fleet: %v", err)
+				}
+			}
+			for _, s := range strings.Split(fleetProcs, ",") {
+				n, err := strconv.Atoi(strings.TrimSpace(s))
+				if err != nil || n < 1 || n > 64 {
+					return usagef("--fleet-processes: %q is not a number of processes (1 to 64)", s)
+				}
+				o.FleetProcesses = append(o.FleetProcesses, n)
+			}
+			o.CeleryPaths = map[string]string{}
+			if home, err := os.UserHomeDir(); err == nil {
+				for _, v := range []string{"5.5", "5.6"} {
+					// Where .ci/setup unpacks Debian's packages.
+					if dir := filepath.Join(home, ".cache", "celeriac", "celery-"+v, "root", "usr", "lib", "python3", "dist-packages"); dirExists(dir) {
+						o.CeleryPaths[v] = dir
+					}
+				}
+			}
+			for _, cp := range celeryPaths {
+				v, dir, ok := strings.Cut(cp, "=")
+				if !ok || v == "" || dir == "" {
+					return usagef("--celery-path: %q is not VERSION=DIR", cp)
+				}
+				o.CeleryPaths[v] = dir
+			}
 			for _, s := range strings.Split(loads, ",") {
 				if s = strings.TrimSpace(s); s == "" {
 					continue
@@ -81,7 +118,8 @@ empty and is emptied at the end.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			o.Log = cmd.ErrOrStderr()
-			res, err := bench.RunIO(ctx, o)
+			rep, err := bench.RunIO(ctx, o)
+			rep.Command = "celeriac " + strings.Join(os.Args[1:], " ")
 			var w io.Writer = cmd.OutOrStdout()
 			if out != "" {
 				f, ferr := os.Create(out)
@@ -91,7 +129,14 @@ empty and is emptied at the end.`,
 				defer f.Close()
 				w = f
 			}
-			bench.WriteIOReport(w, o, res)
+			bench.WriteIOReport(w, rep)
+			if plot != "" {
+				var b bytes.Buffer
+				bench.WriteIOPlot(&b, rep)
+				if perr := os.WriteFile(plot, b.Bytes(), 0o644); perr != nil && err == nil {
+					err = perr
+				}
+			}
 			if err != nil {
 				return fmt.Errorf("bench io: %w", err)
 			}
@@ -103,7 +148,11 @@ empty and is emptied at the end.`,
 	fl.IntVar(&o.RedisDB, "redis-db", -1, "the broker's database: must be empty, and is emptied at the end (required)")
 	fl.StringVar(&o.Python, "python", "/usr/bin/python3", "interpreter with Celery")
 	fl.StringVar(&o.PythonPath, "python-path", "", "put first on PYTHONPATH for the Python workers (another Celery version)")
-	fl.StringVar(&workers, "workers", "celeriac:100,celeriac:1000,celeriac:5000,prefork:2:1000,prefork:16:2000,threads:100:1000,gevent:500:5000", "KIND:CONCURRENCY[:TASKS] list (TASKS: this worker's drain, default --n)")
+	fl.StringVar(&workers, "workers", "celeriac:100,celeriac:1000,celeriac:5000,prefork:2:1000,prefork:16:2000,threads:100:1000,gevent:500:5000", "KIND[@CELERY]:CONCURRENCY[:TASKS] list (CELERY: a Python worker's Celery version, see --celery-path; TASKS: this worker's drain, default --n)")
+	fl.StringVar(&fleet, "fleet", "", "workers run again as --fleet-processes processes each (drain only): does Redis' CPU per task hold as processes are added (celeriac:1000,threads:100:1000)")
+	fl.StringVar(&fleetProcs, "fleet-processes", "1,2,4", "process counts of --fleet")
+	fl.StringArrayVar(&celeryPaths, "celery-path", nil, "VERSION=DIR: the folder put first on PYTHONPATH for KIND@VERSION workers (default 5.5 and 5.6 from ~/.cache/celeriac, where .ci/setup unpacks them)")
+	fl.StringVar(&plot, "plot", "", "also draw p99 end to end against offered load, for every worker, as an SVG file")
 	fl.IntVar(&o.N, "n", 20000, "tasks per drain")
 	fl.DurationVar(&o.Delay, "delay", 50*time.Millisecond, "the server's answer delay")
 	fl.IntVar(&o.TailEvery, "tail-every", 100, "every N-th request waits --tail instead")

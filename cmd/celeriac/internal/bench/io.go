@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -46,18 +47,25 @@ type IOWorker struct {
 	Kind        string // "celeriac", "prefork", "threads", "gevent"
 	Concurrency int
 	N           int // tasks of its drain; 0: IOOptions.N
+	// Celery is the Celery version of a Python worker ("5.6"), found in
+	// IOOptions.CeleryPaths; empty: IOOptions.PythonPath or the system's.
+	Celery string
 }
 
 func (w IOWorker) String() string {
 	if w.Kind == "celeriac" {
 		return fmt.Sprintf("celeriac -c %d", w.Concurrency)
 	}
+	if w.Celery != "" {
+		return fmt.Sprintf("Python %s -c %d (Celery %s)", w.Kind, w.Concurrency, w.Celery)
+	}
 	return fmt.Sprintf("Python %s -c %d", w.Kind, w.Concurrency)
 }
 
-// ParseIOWorkers reads "celeriac:100,prefork:16:1000,...": kind,
-// concurrency and, optionally, the tasks of its drain (a slow pool's drain
-// need not be as long as a fast one's to be measured).
+// ParseIOWorkers reads "celeriac:100,prefork:16:1000,threads@5.6:100,...":
+// kind (with the Celery version of a Python worker), concurrency and,
+// optionally, the tasks of its drain (a slow pool's drain need not be as
+// long as a fast one's to be measured).
 func ParseIOWorkers(s string) ([]IOWorker, error) {
 	var out []IOWorker
 	for _, part := range strings.Split(s, ",") {
@@ -66,7 +74,10 @@ func ParseIOWorkers(s string) ([]IOWorker, error) {
 			continue
 		}
 		f := strings.Split(part, ":")
-		kind := f[0]
+		kind, version, versioned := strings.Cut(f[0], "@")
+		if versioned && (version == "" || kind == "celeriac") {
+			return nil, fmt.Errorf("worker %q: a Celery version goes with a Python pool (threads@5.6:100)", part)
+		}
 		var n, tasks int
 		var err error
 		if len(f) >= 2 {
@@ -78,14 +89,14 @@ func ParseIOWorkers(s string) ([]IOWorker, error) {
 			}
 		}
 		if len(f) < 2 || len(f) > 3 || err != nil || n < 1 {
-			return nil, fmt.Errorf("worker %q: want KIND:CONCURRENCY[:TASKS] (celeriac:1000, gevent:500:2000)", part)
+			return nil, fmt.Errorf("worker %q: want KIND[@CELERY]:CONCURRENCY[:TASKS] (celeriac:1000, gevent:500:2000, threads@5.6:100)", part)
 		}
 		switch kind {
 		case "celeriac", "prefork", "threads", "gevent", "solo":
 		default:
 			return nil, fmt.Errorf("worker %q: kind is celeriac, prefork, threads, gevent or solo", part)
 		}
-		out = append(out, IOWorker{Kind: kind, Concurrency: n, N: tasks})
+		out = append(out, IOWorker{Kind: kind, Concurrency: n, N: tasks, Celery: version})
 	}
 	if len(out) == 0 {
 		return nil, errors.New("no worker")
@@ -101,16 +112,25 @@ type IOOptions struct {
 	// PythonPath is put first on PYTHONPATH for the Python workers (Celery
 	// 5.6.3 unpacked by .ci/setup, say); empty runs the system's Celery.
 	PythonPath string
-	Exe        string // the celeriac binary (default this executable)
-	Workers    []IOWorker
-	N          int           // tasks per drain (default 20 000)
-	Delay      time.Duration // the server's answer delay (default 50 ms)
-	TailEvery  int           // every TailEvery-th request waits Tail instead (default 100; 0: none)
-	Tail       time.Duration // default 1 s
-	Loads      []float64     // open-loop arrival rates as fractions of the drain's throughput (default 0.25, 0.5, 0.9)
-	LoadFor    time.Duration // arrivals per load level (default 20 s)
-	Timeout    time.Duration // a drain or load not done this long after its last publish is abandoned (default 5 min)
-	Seed       uint64        // of the arrival times (default 31)
+	// CeleryPaths maps a Celery version of IOWorker.Celery to the folder
+	// put first on PYTHONPATH for it.
+	CeleryPaths map[string]string
+	Exe         string // the celeriac binary (default this executable)
+	Workers     []IOWorker
+	// Fleet are the workers run again as FleetProcesses processes each
+	// (drain only), to check that the broker's CPU per task, from which a
+	// fleet's size per broker core is projected, holds as processes are
+	// added.
+	Fleet          []IOWorker
+	FleetProcesses []int         // default 1, 2, 4
+	N              int           // tasks per drain (default 20 000)
+	Delay          time.Duration // the server's answer delay (default 50 ms)
+	TailEvery      int           // every TailEvery-th request waits Tail instead (default 100; 0: none)
+	Tail           time.Duration // default 1 s
+	Loads          []float64     // open-loop arrival rates as fractions of the drain's throughput (default 0.25, 0.5, 0.9)
+	LoadFor        time.Duration // arrivals per load level (default 20 s)
+	Timeout        time.Duration // a drain or load not done this long after its last publish is abandoned (default 5 min)
+	Seed           uint64        // of the arrival times (default 31)
 	// Results turns results on: every worker stores them in Redis (the
 	// broker's database), and each open-loop task is awaited with the Go
 	// client's Get, which measures publish to result as a caller sees it.
@@ -152,6 +172,9 @@ func (o *IOOptions) defaults() {
 	if o.Seed == 0 {
 		o.Seed = 31
 	}
+	if len(o.FleetProcesses) == 0 {
+		o.FleetProcesses = []int{1, 2, 4}
+	}
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
@@ -183,6 +206,29 @@ type IOLoad struct {
 	Err    string
 }
 
+// IOFleet is a fleet run: Processes processes of one worker draining N
+// tasks together.
+type IOFleet struct {
+	Worker     IOWorker
+	Processes  int
+	N          int
+	Throughput float64
+	CPUPerTask time.Duration // all the processes'
+	RedisCPU   time.Duration
+	Err        string
+}
+
+// IOReport is a run of the I/O benchmark, for WriteIOReport and
+// WriteIOPlot.
+type IOReport struct {
+	Options    IOOptions
+	Command    string
+	Machine    string
+	Start, End time.Time
+	Results    []IOResult
+	Fleet      []IOFleet
+}
+
 // Percentiles of a latency sample.
 type Percentiles struct{ P50, P99, P999 time.Duration }
 
@@ -207,6 +253,10 @@ type ioServer struct {
 	mu  sync.Mutex
 	run string // the current run's tag: requests of another are counted apart
 	got map[int]ioHit
+	// pids are the worker processes seen in the current run (the task
+	// adds its process id to the URL): a fleet is warm when each has
+	// run a task.
+	pids map[string]bool
 }
 
 type ioHit struct{ wait, e2e time.Duration }
@@ -216,7 +266,7 @@ func newIOServer(o *IOOptions) (*ioServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &ioServer{o: o, ln: ln, got: map[int]ioHit{}}
+	s := &ioServer{o: o, ln: ln, got: map[int]ioHit{}, pids: map[string]bool{}}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
@@ -244,6 +294,9 @@ func (s *ioServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	done := time.Now()
 	s.mu.Lock()
 	if q.Get("r") == s.run {
+		if w := q.Get("w"); w != "" && len(s.pids) < 10000 {
+			s.pids[w] = true
+		}
 		if _, dup := s.got[i]; !dup {
 			pub := time.Unix(0, p)
 			s.got[i] = ioHit{wait: arrived.Sub(pub), e2e: done.Sub(pub)}
@@ -255,8 +308,15 @@ func (s *ioServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // reset starts counting a new run's requests.
 func (s *ioServer) reset(run string) {
 	s.mu.Lock()
-	s.run, s.got = run, map[int]ioHit{}
+	s.run, s.got, s.pids = run, map[int]ioHit{}, map[string]bool{}
 	s.mu.Unlock()
+}
+
+// processes is how many worker processes ran a task of the current run.
+func (s *ioServer) processes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pids)
 }
 
 func (s *ioServer) count() int {
@@ -280,37 +340,45 @@ func (s *ioServer) close() { _ = s.srv.Close() }
 // ioQueue is the benchmark's queue.
 const ioQueue = "bench_io"
 
-// RunIO runs the I/O benchmark and returns each worker's figures.
-func RunIO(ctx context.Context, o IOOptions) ([]IOResult, error) {
+// RunIO runs the I/O benchmark: each worker's figures, then the fleet's.
+func RunIO(ctx context.Context, o IOOptions) (IOReport, error) {
 	o.defaults()
+	rep := IOReport{Options: o, Start: time.Now()}
+	res, fleet, err := runIO(ctx, &o, &rep)
+	rep.Results, rep.Fleet = res, fleet
+	rep.End = time.Now()
+	return rep, err
+}
+
+func runIO(ctx context.Context, o *IOOptions, rep *IOReport) ([]IOResult, []IOFleet, error) {
 	brokerURL := withDB(o.RedisURL, o.RedisDB)
 	opt, err := goredis.ParseURL(brokerURL)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rdb := goredis.NewClient(opt)
 	defer rdb.Close()
 	if n, err := rdb.DBSize(ctx).Result(); err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
+		return nil, nil, fmt.Errorf("redis: %w", err)
 	} else if n > 0 {
-		return nil, fmt.Errorf("redis database %d holds %d keys: the benchmark empties its database, so it takes an empty one (--redis-db)", o.RedisDB, n)
+		return nil, nil, fmt.Errorf("redis database %d holds %d keys: the benchmark empties its database, so it takes an empty one (--redis-db)", o.RedisDB, n)
 	}
 	defer rdb.FlushDB(context.WithoutCancel(ctx))
-	srv, err := newIOServer(&o)
+	srv, err := newIOServer(o)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer srv.close()
 	tr, err := redistransport.Dial(ctx, redistransport.Config{URL: brokerURL})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer tr.Close()
 	ccfg := client.Config{DefaultQueue: ioQueue}
 	if o.Results {
 		be, err := redisbackend.New(redisbackend.Config{URL: brokerURL})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		defer be.Close()
 		ccfg.Backend = be
@@ -318,118 +386,305 @@ func RunIO(ctx context.Context, o IOOptions) ([]IOResult, error) {
 	pub := client.New(tr, ccfg)
 	pyDir, err := os.MkdirTemp("", "celeriac-bench-io-")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer os.RemoveAll(pyDir)
 	if err := os.WriteFile(filepath.Join(pyDir, "benchio.py"), []byte(benchIOApp), 0o644); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	rep.Machine = ioMachine(ctx, o, rdb)
+	env := &ioEnv{o: o, srv: srv, pub: pub, rdb: rdb, brokerURL: brokerURL, pyDir: pyDir}
 	var out []IOResult
 	for _, w := range o.Workers {
 		fmt.Fprintf(o.Log, "bench io: %s\n", w)
-		r := runIOWorker(ctx, &o, srv, pub, rdb, brokerURL, pyDir, w)
+		r := env.runWorker(ctx, w)
 		if r.Err != "" {
 			fmt.Fprintf(o.Log, "bench io: %s: %s\n", w, r.Err)
 		}
 		out = append(out, r)
 		_ = rdb.FlushDB(ctx).Err()
 		if ctx.Err() != nil {
-			return out, ctx.Err()
+			return out, nil, ctx.Err()
 		}
 	}
-	return out, nil
+	var fleet []IOFleet
+	for _, w := range o.Fleet {
+		for _, p := range o.FleetProcesses {
+			fmt.Fprintf(o.Log, "bench io: fleet of %d × %s\n", p, w)
+			f := env.runFleet(ctx, w, p)
+			if f.Err != "" {
+				fmt.Fprintf(o.Log, "bench io: fleet of %d × %s: %s\n", p, w, f.Err)
+			}
+			fleet = append(fleet, f)
+			_ = rdb.FlushDB(ctx).Err()
+			if ctx.Err() != nil {
+				return out, fleet, ctx.Err()
+			}
+		}
+	}
+	return out, fleet, nil
 }
 
-func runIOWorker(ctx context.Context, o *IOOptions, srv *ioServer, pub *client.Client, rdb *goredis.Client, brokerURL, pyDir string, w IOWorker) (res IOResult) {
-	res.Worker = w
-	var cmd *exec.Cmd
-	if w.Kind == "celeriac" {
-		cmd = exec.Command(o.Exe, "bench", "ioworker", "--broker-url", brokerURL, "--queue", ioQueue, "-c", strconv.Itoa(w.Concurrency))
-		if o.Results {
-			cmd.Args = append(cmd.Args, "--result-backend", brokerURL)
-		}
-		cmd.Env = childEnv()
-	} else {
-		cmd = exec.Command(o.Python, "-m", "celery", "-A", "benchio", "worker", "-P", w.Kind, "-c", strconv.Itoa(w.Concurrency),
-			"-Q", ioQueue, "-l", "warning", "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", "bench-io-"+w.Kind+"@%h")
-		cmd.Dir = pyDir
-		path := pyDir
-		if o.PythonPath != "" {
-			path = o.PythonPath + string(os.PathListSeparator) + pyDir
-		}
-		cmd.Env = append(childEnv(), "PYTHONPATH="+path, "BENCH_BROKER="+brokerURL, "PYTHONDONTWRITEBYTECODE=1")
-		if o.Results {
-			cmd.Env = append(cmd.Env, "BENCH_BACKEND="+brokerURL)
+// ioMachine describes the machine, Redis and each Celery measured.
+func ioMachine(ctx context.Context, o *IOOptions, rdb *goredis.Client) string {
+	parts := machineBase()
+	if info, err := rdb.Info(ctx, "server").Result(); err == nil {
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+				parts = append(parts, "Redis "+v)
+			}
 		}
 	}
-	out := &tailBuffer{max: 8 << 10}
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		res.Err = err.Error()
-		return res
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	rss := watchRSS(cmd.Process.Pid, 100*time.Millisecond)
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
+	seen := map[string]bool{}
+	for _, w := range slices.Concat(o.Workers, o.Fleet) {
+		if w.Kind == "celeriac" || seen[w.Celery] {
+			continue
 		}
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-exited
-		res.PeakRSS = rss.Stop()
-	}()
-	failed := func(what string, err error) IOResult {
-		res.Err = fmt.Sprintf("%s: %v\n%s", what, err, out.String())
-		return res
+		seen[w.Celery] = true
+		if celery, kombu, err := o.celeryVersion(ctx, w); err == nil {
+			parts = append(parts, fmt.Sprintf("Python Celery %s (kombu %s)", celery, kombu))
+		}
 	}
+	return strings.Join(parts, "; ")
+}
 
-	// Ready: a task sent now is run.
-	srv.reset("warm")
-	deadline := time.Now().Add(3 * time.Minute)
-	for i := 0; srv.count() == 0; i++ {
+// celeryVersion is the Celery and kombu that w's Python imports.
+func (o *IOOptions) celeryVersion(ctx context.Context, w IOWorker) (celery, kombu string, err error) {
+	cmd := exec.CommandContext(ctx, o.Python, "-c", "import celery, kombu; print(celery.__version__, kombu.__version__)")
+	cmd.Env = childEnv()
+	if pp := o.pythonPath(w); pp != "" {
+		cmd.Env = append(cmd.Env, "PYTHONPATH="+pp)
+	}
+	b, err := cmd.Output()
+	if err != nil {
+		return "", "", err
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return "", "", fmt.Errorf("unexpected versions %q", b)
+	}
+	return f[0], f[1], nil
+}
+
+// pythonPath is what goes first on PYTHONPATH for w's Celery.
+func (o *IOOptions) pythonPath(w IOWorker) string {
+	if w.Celery != "" {
+		return o.CeleryPaths[w.Celery]
+	}
+	return o.PythonPath
+}
+
+// ioEnv is what every run of the benchmark shares.
+type ioEnv struct {
+	o         *IOOptions
+	srv       *ioServer
+	pub       *client.Client
+	rdb       *goredis.Client
+	brokerURL string
+	pyDir     string
+}
+
+// ioProcs are the processes of one worker: one, or a fleet's.
+type ioProcs struct {
+	cmds   []*exec.Cmd
+	outs   []*tailBuffer
+	rss    []*rssWatch
+	dones  []chan struct{} // each closed when its process has exited
+	exited chan struct{}   // closed when the first process exits
+}
+
+// start starts n processes of w.
+func (e *ioEnv) start(w IOWorker, n int, tag string) (*ioProcs, error) {
+	o := e.o
+	if w.Celery != "" {
+		if o.CeleryPaths[w.Celery] == "" {
+			return nil, fmt.Errorf("no folder for Celery %s (--celery-path %s=DIR)", w.Celery, w.Celery)
+		}
+		// A folder without Celery in it would measure the system's under
+		// the other version's name.
+		v, _, err := o.celeryVersion(context.Background(), w)
+		if err != nil || !strings.HasPrefix(v, w.Celery+".") {
+			return nil, fmt.Errorf("the folder for Celery %s, %s, imports Celery %q (%v)", w.Celery, o.CeleryPaths[w.Celery], v, err)
+		}
+	}
+	p := &ioProcs{exited: make(chan struct{})}
+	var once sync.Once
+	for i := range n {
+		var cmd *exec.Cmd
+		if w.Kind == "celeriac" {
+			cmd = exec.Command(o.Exe, "bench", "ioworker", "--broker-url", e.brokerURL, "--queue", ioQueue, "-c", strconv.Itoa(w.Concurrency))
+			if o.Results {
+				cmd.Args = append(cmd.Args, "--result-backend", e.brokerURL)
+			}
+			cmd.Env = childEnv()
+		} else {
+			cmd = exec.Command(o.Python, "-m", "celery", "-A", "benchio", "worker", "-P", w.Kind, "-c", strconv.Itoa(w.Concurrency),
+				"-Q", ioQueue, "-l", "warning", "--without-gossip", "--without-mingle", "--without-heartbeat",
+				"-n", fmt.Sprintf("bench-io-%s-%s-%d@%%h", w.Kind, tag, i))
+			cmd.Dir = e.pyDir
+			path := e.pyDir
+			if pp := o.pythonPath(w); pp != "" {
+				path = pp + string(os.PathListSeparator) + e.pyDir
+			}
+			cmd.Env = append(childEnv(), "PYTHONPATH="+path, "BENCH_BROKER="+e.brokerURL, "PYTHONDONTWRITEBYTECODE=1")
+			if o.Results {
+				cmd.Env = append(cmd.Env, "BENCH_BACKEND="+e.brokerURL)
+			}
+		}
+		out := &tailBuffer{max: 8 << 10}
+		cmd.Stdout, cmd.Stderr = out, out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			p.stop()
+			return nil, err
+		}
+		p.cmds, p.outs = append(p.cmds, cmd), append(p.outs, out)
+		p.rss = append(p.rss, watchRSS(cmd.Process.Pid, 100*time.Millisecond))
+		done := make(chan struct{})
+		p.dones = append(p.dones, done)
+		go func() {
+			_ = cmd.Wait()
+			close(done)
+			once.Do(func() { close(p.exited) })
+		}()
+	}
+	return p, nil
+}
+
+// cpu is the processes' CPU so far.
+func (p *ioProcs) cpu() time.Duration {
+	var d time.Duration
+	for _, c := range p.cmds {
+		d += sampleTree(c.Process.Pid).cpu
+	}
+	return d
+}
+
+// stop ends every process (SIGTERM, then after 15 s SIGKILL to its
+// group) and returns the sum of their peak RSS.
+func (p *ioProcs) stop() int64 {
+	for _, c := range p.cmds {
+		_ = c.Process.Signal(syscall.SIGTERM)
+	}
+	var peak int64
+	deadline := time.After(15 * time.Second)
+	for i, c := range p.cmds {
 		select {
-		case <-exited:
-			return failed("the worker exited", errors.New("before it ran a task"))
+		case <-p.dones[i]:
+		case <-deadline:
+		}
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		<-p.dones[i]
+		peak += p.rss[i].Stop()
+	}
+	return peak
+}
+
+func (p *ioProcs) log() string {
+	var b strings.Builder
+	for _, o := range p.outs {
+		b.WriteString(o.String())
+	}
+	return b.String()
+}
+
+// warm sends tasks until every one of n processes has run one.
+func (e *ioEnv) warm(ctx context.Context, p *ioProcs, n int) error {
+	e.srv.reset("warm")
+	deadline := time.Now().Add(3 * time.Minute)
+	for i := 0; e.srv.processes() < n; i++ {
+		select {
+		case <-p.exited:
+			return errors.New("the worker exited before it ran a task")
 		default:
 		}
 		if time.Now().After(deadline) {
-			return failed("the worker ran nothing", errors.New("within 3 minutes"))
+			return fmt.Errorf("%d of %d worker processes ran a task within 3 minutes", e.srv.processes(), n)
 		}
 		if i%20 == 0 {
-			if _, err := pub.Send(ctx, "bench.io", []any{srv.url("warm", i, time.Now())}, nil); err != nil {
-				return failed("publish", err)
+			for range n {
+				if _, err := e.pub.Send(ctx, "bench.io", []any{e.srv.url("warm", i, time.Now())}, nil); err != nil {
+					return err
+				}
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	waitIdle(ctx, rdb, 30*time.Second)
+	waitIdle(ctx, e.rdb, 30*time.Second)
+	return nil
+}
+
+// drain publishes n tasks at once and waits until they ran: the
+// throughput, the processes' CPU per task and Redis' CPU per task.
+func (e *ioEnv) drain(ctx context.Context, p *ioProcs, n int) (tput float64, cpu, redis time.Duration, err error) {
+	e.srv.reset("drain")
+	cpu0, redis0 := p.cpu(), redisCPU(ctx, e.rdb)
+	start := time.Now()
+	if _, err := publishN(ctx, e.pub, e.srv, "drain", n, nil, false); err != nil {
+		return 0, 0, 0, fmt.Errorf("publish: %w", err)
+	}
+	if err := waitCount(e.srv, n, e.o.Timeout, p.exited); err != nil {
+		return 0, 0, 0, fmt.Errorf("drain: %w", err)
+	}
+	elapsed := time.Since(start)
+	cpu1, redis1 := p.cpu(), redisCPU(ctx, e.rdb)
+	if redis0 >= 0 && redis1 >= redis0 {
+		redis = (redis1 - redis0) / time.Duration(n)
+	}
+	return float64(n) / elapsed.Seconds(), (cpu1 - cpu0) / time.Duration(n), redis, nil
+}
+
+// runFleet drains w's tasks with procs processes of it.
+func (e *ioEnv) runFleet(ctx context.Context, w IOWorker, procs int) (f IOFleet) {
+	f = IOFleet{Worker: w, Processes: procs, N: e.o.N}
+	if w.N > 0 {
+		f.N = w.N
+	}
+	p, err := e.start(w, procs, fmt.Sprintf("fleet%d", procs))
+	if err != nil {
+		f.Err = err.Error()
+		return f
+	}
+	defer p.stop()
+	if err := e.warm(ctx, p, procs); err != nil {
+		f.Err = fmt.Sprintf("%v\n%s", err, p.log())
+		return f
+	}
+	f.Throughput, f.CPUPerTask, f.RedisCPU, err = e.drain(ctx, p, f.N)
+	if err != nil {
+		f.Err = fmt.Sprintf("%v\n%s", err, p.log())
+	}
+	fmt.Fprintf(e.o.Log, "bench io: fleet of %d × %s: %.0f tasks/s, Redis %.1f µs per task\n", procs, w, f.Throughput, float64(f.RedisCPU.Nanoseconds())/1e3)
+	return f
+}
+
+func (e *ioEnv) runWorker(ctx context.Context, w IOWorker) (res IOResult) {
+	o, srv, pub, rdb := e.o, e.srv, e.pub, e.rdb
+	res.Worker = w
+	p, err := e.start(w, 1, "solo")
+	if err != nil {
+		res.Err = err.Error()
+		return res
+	}
+	exited := p.exited
+	defer func() { res.PeakRSS = p.stop() }()
+	failed := func(err error) IOResult {
+		res.Err = fmt.Sprintf("%v\n%s", err, p.log())
+		return res
+	}
+	if err := e.warm(ctx, p, 1); err != nil {
+		return failed(err)
+	}
 
 	// Closed loop: N tasks at once, drained.
-	run := "drain"
-	srv.reset(run)
-	cpu0, redis0 := sampleTree(cmd.Process.Pid).cpu, redisCPU(ctx, rdb)
-	start := time.Now()
 	n := o.N
 	if w.N > 0 {
 		n = w.N
 	}
 	res.N = n
-	if _, err := publishN(ctx, pub, srv, run, n, nil, false); err != nil {
-		return failed("publish", err)
-	}
-	if err := waitCount(srv, n, o.Timeout, exited); err != nil {
-		return failed("drain", err)
-	}
-	elapsed := time.Since(start)
-	cpu1, redis1 := sampleTree(cmd.Process.Pid).cpu, redisCPU(ctx, rdb)
-	res.Throughput = float64(n) / elapsed.Seconds()
-	res.CPUPerTask = (cpu1 - cpu0) / time.Duration(n)
-	if redis0 >= 0 && redis1 >= redis0 {
-		res.RedisCPU = (redis1 - redis0) / time.Duration(n)
+	res.Throughput, res.CPUPerTask, res.RedisCPU, err = e.drain(ctx, p, n)
+	if err != nil {
+		return failed(err)
 	}
 	var waits, e2es []time.Duration
 	for _, h := range srv.hits() {
@@ -625,13 +880,15 @@ func RunIOWorker(ctx context.Context, brokerURL, queue string, concurrency int, 
 	// One kept connection per slot: the server is the only host.
 	hc := &http.Client{Timeout: time.Minute, Transport: &http.Transport{
 		MaxIdleConns: concurrency, MaxIdleConnsPerHost: concurrency, IdleConnTimeout: time.Minute}}
+	// The server counts the processes of a fleet by the pid in the URL.
+	pidParam := "&w=" + strconv.Itoa(os.Getpid())
 	mux := worker.NewMux()
 	mux.HandleFunc("bench.io", func(ctx context.Context, t *worker.Task) (any, error) {
 		var u string
 		if err := t.Bind(&u); err != nil {
 			return nil, err
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+pidParam, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -682,26 +939,34 @@ app.conf.update(
 
 @app.task(name="bench.io")
 def io(url):
-    with urllib.request.urlopen(url, timeout=60) as r:
+    with urllib.request.urlopen(url + "&w=%d" % os.getpid(), timeout=60) as r:
         r.read()
 `
 
-// WriteIOReport writes the I/O benchmark's tables in Markdown.
-func WriteIOReport(w io.Writer, o IOOptions, res []IOResult) {
+// WriteIOReport writes the I/O benchmark's report in Markdown: the
+// machine and command, the drains, the open-loop levels and the fleet.
+func WriteIOReport(w io.Writer, rep IOReport) {
+	o := rep.Options
 	o.defaults()
-	fmt.Fprintf(w, "## I/O-bound tasks\n\nEach task GETs a loopback HTTP server that answers after %v (every %dth request after %v); %d tasks per drain unless the worker says otherwise, from Redis.\n\n",
+	fmt.Fprintf(w, "## I/O-bound tasks\n\n")
+	if !rep.Start.IsZero() {
+		fmt.Fprintf(w, "Run %s UTC (%v). Machine: %s.\n\n", rep.Start.UTC().Format("2006-01-02 15:04"), rep.End.Sub(rep.Start).Round(time.Second), rep.Machine)
+	}
+	if rep.Command != "" {
+		fmt.Fprintf(w, "Command: `%s`.\n\n", rep.Command)
+	}
+	fmt.Fprintf(w, "Each task GETs a loopback HTTP server that answers after %v (every %dth request after %v); %d tasks per drain unless the worker says otherwise, from Redis.\n\n",
 		o.Delay, o.TailEvery, o.Tail, o.N)
 	fmt.Fprintln(w, "| worker | tasks | tasks/s | queue wait p50 / p99 | end to end p50 / p99 / p99.9 | CPU per task | peak RSS | Redis CPU per task |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
-	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 1, 64) }
-	for _, r := range res {
+	for _, r := range rep.Results {
 		if r.Err != "" && r.Throughput == 0 {
 			fmt.Fprintf(w, "| %s |  | failed: %s |  |  |  |  |  |\n", r.Worker, firstLine(r.Err))
 			continue
 		}
 		fmt.Fprintf(w, "| %s | %d | %.0f | %s / %s ms | %s / %s / %s ms | %d µs | %.0f MB | %.1f µs |\n", r.Worker, r.N, r.Throughput,
 			ms(r.Wait.P50), ms(r.Wait.P99), ms(r.E2E.P50), ms(r.E2E.P99), ms(r.E2E.P999),
-			r.CPUPerTask.Microseconds(), float64(r.PeakRSS)/1e6, float64(r.RedisCPU.Nanoseconds())/1e3)
+			r.CPUPerTask.Microseconds(), float64(r.PeakRSS)/1e6, us(r.RedisCPU))
 	}
 	fmt.Fprintf(w, "\nOpen loop: Poisson arrivals for %v at each fraction of the worker's own throughput above; end to end p50 / p99 ms", o.LoadFor)
 	if o.Results {
@@ -717,7 +982,7 @@ func WriteIOReport(w io.Writer, o IOOptions, res []IOResult) {
 		fmt.Fprint(w, "---|")
 	}
 	fmt.Fprintln(w)
-	for _, r := range res {
+	for _, r := range rep.Results {
 		fmt.Fprintf(w, "| %s |", r.Worker)
 		for i := range o.Loads {
 			if i >= len(r.Loads) {
@@ -737,6 +1002,101 @@ func WriteIOReport(w io.Writer, o IOOptions, res []IOResult) {
 		}
 		fmt.Fprintln(w)
 	}
+	if len(rep.Fleet) == 0 {
+		return
+	}
+	fmt.Fprint(w, "\nFleet: the same drain run by 1 or more processes of a worker together. One Redis core sustains 1 s / (Redis CPU per task) tasks a second, whatever the fleet, as long as the CPU per task holds as processes are added.\n\n")
+	fmt.Fprintln(w, "| worker | processes | tasks | tasks/s | CPU per task | Redis CPU per task | tasks/s per Redis core |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	for _, f := range rep.Fleet {
+		if f.Err != "" && f.Throughput == 0 {
+			fmt.Fprintf(w, "| %s | %d |  | failed: %s |  |  |  |\n", f.Worker, f.Processes, firstLine(f.Err))
+			continue
+		}
+		perCore := "—"
+		if f.RedisCPU > 0 {
+			perCore = fmt.Sprintf("%.0f", float64(time.Second)/float64(f.RedisCPU))
+		}
+		fmt.Fprintf(w, "| %s | %d | %d | %.0f | %d µs | %.1f µs | %s |\n", f.Worker, f.Processes, f.N, f.Throughput, f.CPUPerTask.Microseconds(), us(f.RedisCPU), perCore)
+	}
+}
+
+func ms(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 1, 64) }
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+// WriteIOPlot draws p99 end to end against offered load (arrivals a
+// second), one line per worker, both axes logarithmic, as an SVG.
+func WriteIOPlot(w io.Writer, rep IOReport) {
+	const (
+		width, height          = 760, 440
+		left, right, top, bott = 70, 250, 30, 50
+	)
+	type pt struct{ x, y float64 }
+	var lines [][]pt
+	var names []string
+	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
+	for _, r := range rep.Results {
+		var ps []pt
+		for _, l := range r.Loads {
+			if l.Err != "" || l.Rate <= 0 || l.E2E.P99 <= 0 {
+				continue
+			}
+			p := pt{l.Rate, float64(l.E2E.P99) / 1e6}
+			ps = append(ps, p)
+			xmin, xmax, ymin, ymax = min(xmin, p.x), max(xmax, p.x), min(ymin, p.y), max(ymax, p.y)
+		}
+		if len(ps) > 0 {
+			lines, names = append(lines, ps), append(names, r.Worker.String())
+		}
+	}
+	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
+	fmt.Fprintf(w, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
+	fmt.Fprintf(w, `<text x="%d" y="18" font-size="14">p99 end to end against offered load (I/O-bound tasks, 50 ms each)</text>`+"\n", left)
+	if len(lines) == 0 {
+		fmt.Fprintln(w, `<text x="70" y="60">no open-loop level completed</text></svg>`)
+		return
+	}
+	// Whole decades around the data.
+	lx0, lx1 := math.Floor(math.Log10(xmin)), math.Ceil(math.Log10(xmax))
+	ly0, ly1 := math.Floor(math.Log10(ymin)), math.Ceil(math.Log10(ymax))
+	if lx1 == lx0 {
+		lx1++
+	}
+	if ly1 == ly0 {
+		ly1++
+	}
+	pw, ph := float64(width-left-right), float64(height-top-bott)
+	sx := func(x float64) float64 { return float64(left) + (math.Log10(x)-lx0)/(lx1-lx0)*pw }
+	sy := func(y float64) float64 { return float64(top) + ph - (math.Log10(y)-ly0)/(ly1-ly0)*ph }
+	fmt.Fprintf(w, `<rect x="%d" y="%d" width="%.0f" height="%.0f" fill="none" stroke="#888"/>`+"\n", left, top, pw, ph)
+	for d := lx0; d <= lx1; d++ {
+		x := sx(math.Pow(10, d))
+		fmt.Fprintf(w, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%.0f" stroke="#ddd"/><text x="%.1f" y="%.0f" text-anchor="middle">%s</text>`+"\n",
+			x, top, x, float64(top)+ph, x, float64(top)+ph+16, strconv.FormatFloat(math.Pow(10, d), 'f', -1, 64))
+	}
+	for d := ly0; d <= ly1; d++ {
+		y := sy(math.Pow(10, d))
+		fmt.Fprintf(w, `<line x1="%d" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" text-anchor="end">%s ms</text>`+"\n",
+			left, y, float64(left)+pw, y, left-6, y+4, strconv.FormatFloat(math.Pow(10, d), 'f', -1, 64))
+	}
+	fmt.Fprintf(w, `<text x="%.0f" y="%d" text-anchor="middle">offered load, tasks/s (Poisson arrivals)</text>`+"\n", float64(left)+pw/2, height-12)
+	colors := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"}
+	for i, ps := range lines {
+		c := colors[i%len(colors)]
+		var pts []string
+		for _, p := range ps {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", sx(p.x), sy(p.y)))
+		}
+		fmt.Fprintf(w, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", c, strings.Join(pts, " "))
+		for _, p := range ps {
+			fmt.Fprintf(w, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", sx(p.x), sy(p.y), c)
+		}
+		ly := top + 10 + 18*i
+		fmt.Fprintf(w, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/><text x="%d" y="%d">%s</text>`+"\n",
+			width-right+12, ly, width-right+32, ly, c, width-right+38, ly+4, html.EscapeString(names[i]))
+	}
+	fmt.Fprintln(w, "</svg>")
 }
 
 func firstLine(s string) string {

@@ -16,6 +16,9 @@ func TestParseIOWorkers(t *testing.T) {
 		{"celeriac:100, gevent:500", "celeriac -c 100|Python gevent -c 500"},
 		{"prefork:16,threads:100,solo:1", "Python prefork -c 16|Python threads -c 100|Python solo -c 1"},
 		{"threads:100:2000", "Python threads -c 100"},
+		{"threads@5.6:100,gevent@5.5:500:10", "Python threads -c 100 (Celery 5.6)|Python gevent -c 500 (Celery 5.5)"},
+		{"celeriac@5.6:100", ""},
+		{"threads@:100", ""},
 		{"threads:100:0", ""},
 		{"threads:100:2:3", ""},
 		{"celeriac", ""},
@@ -56,11 +59,11 @@ func TestPercentilesOf(t *testing.T) {
 
 func TestWriteIOReport(t *testing.T) {
 	var b bytes.Buffer
-	WriteIOReport(&b, IOOptions{N: 10, Loads: []float64{0.5}}, []IOResult{
+	WriteIOReport(&b, IOReport{Options: IOOptions{N: 10, Loads: []float64{0.5}}, Results: []IOResult{
 		{Worker: IOWorker{Kind: "celeriac", Concurrency: 100}, N: 10, Throughput: 1900, E2E: Percentiles{P50: 51 * time.Millisecond}, CPUPerTask: 40 * time.Microsecond,
 			PeakRSS: 30e6, RedisCPU: 9500 * time.Nanosecond, Loads: []IOLoad{{Fraction: 0.5, Rate: 950, E2E: Percentiles{P50: 50500 * time.Microsecond, P99: 60 * time.Millisecond}}}},
 		{Worker: IOWorker{Kind: "gevent", Concurrency: 500}, Err: "the worker exited: boom\nlog"},
-	})
+	}})
 	out := b.String()
 	for _, want := range []string{"| celeriac -c 100 | 10 | 1900 | 0.0 / 0.0 ms | 51.0 / 0.0 / 0.0 ms | 40 µs | 30 MB | 9.5 µs |",
 		"| Python gevent -c 500 |  | failed: the worker exited: boom |", "| celeriac -c 100 | 950/s: 50.5 / 60.0 |", "| Python gevent -c 500 | - |"} {
@@ -72,10 +75,10 @@ func TestWriteIOReport(t *testing.T) {
 
 func TestWriteIOReportResults(t *testing.T) {
 	var b bytes.Buffer
-	WriteIOReport(&b, IOOptions{N: 10, Loads: []float64{0.5}, Results: true}, []IOResult{
+	WriteIOReport(&b, IOReport{Options: IOOptions{N: 10, Loads: []float64{0.5}, Results: true}, Results: []IOResult{
 		{Worker: IOWorker{Kind: "threads", Concurrency: 100}, N: 10, Throughput: 300, Loads: []IOLoad{{Fraction: 0.5, Rate: 150,
 			E2E: Percentiles{P50: 52 * time.Millisecond, P99: 60 * time.Millisecond}, Result: Percentiles{P50: 54 * time.Millisecond, P99: 70 * time.Millisecond}}}},
-	})
+	}})
 	out := b.String()
 	for _, want := range []string{"| Python threads -c 100 | 150/s: 52.0 / 60.0; result 54.0 / 70.0 |", "AsyncResult.Get"} {
 		if !strings.Contains(out, want) {
@@ -108,4 +111,50 @@ func TestResultWaitsCounts(t *testing.T) {
 		close(block)
 		w.wg.Wait()
 	})
+}
+
+func TestWriteIOReportFleetAndHeader(t *testing.T) {
+	var b bytes.Buffer
+	start := time.Date(2026, 12, 4, 8, 0, 0, 0, time.UTC)
+	WriteIOReport(&b, IOReport{Options: IOOptions{N: 10}, Command: "celeriac bench io --redis-db 9", Machine: "2 cores", Start: start, End: start.Add(20 * time.Minute),
+		Fleet: []IOFleet{
+			{Worker: IOWorker{Kind: "celeriac", Concurrency: 1000}, Processes: 2, N: 100, Throughput: 5000, CPUPerTask: 120 * time.Microsecond, RedisCPU: 40 * time.Microsecond},
+			{Worker: IOWorker{Kind: "threads", Concurrency: 100}, Processes: 4, Err: "no\nmore"},
+		}})
+	out := b.String()
+	for _, want := range []string{"Run 2026-12-04 08:00 UTC (20m0s). Machine: 2 cores.", "Command: `celeriac bench io --redis-db 9`.",
+		"| celeriac -c 1000 | 2 | 100 | 5000 | 120 µs | 40.0 µs | 25000 |", "| Python threads -c 100 | 4 |  | failed: no |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestWriteIOPlot(t *testing.T) {
+	var b bytes.Buffer
+	WriteIOPlot(&b, IOReport{Results: []IOResult{
+		{Worker: IOWorker{Kind: "celeriac", Concurrency: 1000}, Loads: []IOLoad{{Rate: 1300, E2E: Percentiles{P99: 65 * time.Millisecond}}, {Rate: 4700, E2E: Percentiles{P99: 185 * time.Millisecond}}}},
+		{Worker: IOWorker{Kind: "threads", Concurrency: 100, Celery: "5.6"}, Loads: []IOLoad{{Rate: 85, E2E: Percentiles{P99: 57 * time.Millisecond}}, {Rate: 300, Err: "timeout"}}},
+		{Worker: IOWorker{Kind: "gevent", Concurrency: 500}, Err: "failed"},
+	}})
+	out := b.String()
+	if !strings.HasPrefix(out, "<svg ") || !strings.HasSuffix(out, "</svg>\n") {
+		t.Fatalf("not an SVG document:\n%s", out)
+	}
+	if got := strings.Count(out, "<polyline"); got != 2 {
+		t.Errorf("%d lines, want 2 (a worker without a level draws none)", got)
+	}
+	if got := strings.Count(out, "<circle"); got != 3 {
+		t.Errorf("%d points, want 3 (a failed level is left out)", got)
+	}
+	for _, want := range []string{"celeriac -c 1000", "Python threads -c 100 (Celery 5.6)", ">10 ms<", ">1000 ms<", ">10000<"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plot lacks %q", want)
+		}
+	}
+	var empty bytes.Buffer
+	WriteIOPlot(&empty, IOReport{})
+	if !strings.Contains(empty.String(), "no open-loop level completed") {
+		t.Errorf("empty plot: %s", empty.String())
+	}
 }

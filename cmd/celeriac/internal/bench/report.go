@@ -27,6 +27,29 @@ type Report struct {
 
 // machine describes the machine and the software measured.
 func (h *harness) machine(ctx context.Context) string {
+	parts := machineBase()
+	if info, err := h.results.Info(ctx, "server").Result(); err == nil {
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+				parts = append(parts, "Redis "+v)
+			}
+		}
+	}
+	if k, ok := h.kits["amqp"].(*amqpKit); ok && k.conn != nil {
+		if v, ok := k.conn.Properties["version"].(string); ok {
+			parts = append(parts, "RabbitMQ "+v)
+		}
+	}
+	if out, err := h.python(ctx, "", NoResults, "-c", "import celery, kombu; print(celery.__version__, kombu.__version__)"); err == nil {
+		if f := strings.Fields(out); len(f) == 2 {
+			parts = append(parts, fmt.Sprintf("Python Celery %s (kombu %s)", f[0], f[1]))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// machineBase describes the machine: CPU, memory, kernel, load, Go.
+func machineBase() []string {
 	var parts []string
 	model := "unknown CPU"
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
@@ -50,25 +73,7 @@ func (h *harness) machine(ctx context.Context) string {
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		parts = append(parts, "load average at start "+strings.Join(strings.Fields(string(b))[:3], " "))
 	}
-	parts = append(parts, runtime.Version())
-	if info, err := h.results.Info(ctx, "server").Result(); err == nil {
-		for _, line := range strings.Split(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-				parts = append(parts, "Redis "+v)
-			}
-		}
-	}
-	if k, ok := h.kits["amqp"].(*amqpKit); ok && k.conn != nil {
-		if v, ok := k.conn.Properties["version"].(string); ok {
-			parts = append(parts, "RabbitMQ "+v)
-		}
-	}
-	if out, err := h.python(ctx, "", NoResults, "-c", "import celery, kombu; print(celery.__version__, kombu.__version__)"); err == nil {
-		if f := strings.Fields(out); len(f) == 2 {
-			parts = append(parts, fmt.Sprintf("Python Celery %s (kombu %s)", f[0], f[1]))
-		}
-	}
-	return strings.Join(parts, "; ")
+	return append(parts, runtime.Version())
 }
 
 func median(xs []float64) float64 {
