@@ -7,6 +7,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 func TestDecompressPython(t *testing.T) {
@@ -136,6 +138,7 @@ func FuzzDecompress(f *testing.F) {
 	mimes := []string{CompressionZlib, CompressionBzip2}
 	const limit = 1 << 16
 	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
+		defer fuzzwatch.Watch(t, which, data)()
 		mime := mimes[int(which)%len(mimes)]
 		out, err := Decompress(mime, data, limit)
 		if err != nil {

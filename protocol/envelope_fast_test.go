@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 // FuzzEnvelopeFastPath is differential: whatever the fast envelope decoder
@@ -37,6 +39,7 @@ func FuzzEnvelopeFastPath(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		defer fuzzwatch.Watch(t, data)()
 		const limit = 1 << 16
 		docOpts := DecodeOptions{MaxBodySize: envelopeLimit(limit), MaxDepth: 64}
 		fast, ok := decodeEnvelopeFast(data, limit, docOpts.maxDepth())

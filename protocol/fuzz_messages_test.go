@@ -10,6 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/celeriac/celeriac/protocol"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 // fuzzOpts bound what the fuzz targets accept, so that a hostile input
@@ -69,6 +71,7 @@ func addTaskSeeds(f *testing.F) {
 func FuzzDecodeTask(f *testing.F) {
 	addTaskSeeds(f)
 	f.Fuzz(func(t *testing.T, headersJSON, body []byte, contentType, compression string) {
+		defer fuzzwatch.Watch(t, headersJSON, body, contentType, compression)()
 		var headers map[string]any
 		if v, err := protocol.Unmarshal(protocol.ContentTypeJSON, headersJSON, fuzzOpts()); err == nil {
 			headers, _ = v.(map[string]any)
@@ -176,6 +179,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	f.Add([]byte(`{"body": "W10", "properties": {"body_encoding": "base64", "delivery_info": {"redelivered": true}}}`))
 	f.Add([]byte(`{"body": "raw", "headers": null, "properties": {"origin": "x", "expiration": 5}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		defer fuzzwatch.Watch(t, data)()
 		e1, err := protocol.DecodeEnvelope(data, fuzzOpts())
 		if err != nil {
 			return
@@ -222,6 +226,7 @@ func FuzzDecodeResult(f *testing.F) {
 	f.Add(readGolden(f, "result_success.msgpack"), true)
 	f.Add([]byte(`{"status": "FAILURE", "result": {"exc_type": "E", "exc_message": "old"}, "date_done": "2026-11-29T13:20:19.106587+00:00"}`), false)
 	f.Fuzz(func(t *testing.T, data []byte, msgpack bool) {
+		defer fuzzwatch.Watch(t, data, msgpack)()
 		ct := protocol.ContentTypeJSON
 		if msgpack {
 			ct = protocol.ContentTypeMsgpack
@@ -295,6 +300,7 @@ func FuzzDecodeSignature(f *testing.F) {
 	}
 	f.Add([]byte(`{"task": "celery.chord", "subtask_type": "chord", "kwargs": {"header": {"task": "celery.group", "subtask_type": "group", "kwargs": {"tasks": [{"task": "a"}]}}, "body": {"task": "b"}}, "chord_size": 1}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		defer fuzzwatch.Watch(t, data)()
 		v, err := protocol.Unmarshal(protocol.ContentTypeJSON, data, fuzzOpts())
 		if err != nil {
 			return

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 func TestDecodeJSONPythonValues(t *testing.T) {
@@ -448,6 +450,7 @@ func FuzzJSON(f *testing.F) {
 	}
 	opts := DecodeOptions{MaxDepth: 64, MaxBodySize: 1 << 20}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		defer fuzzwatch.Watch(t, data)()
 		v, err := DecodeJSON(data, opts)
 		if err != nil {
 			if v != nil {

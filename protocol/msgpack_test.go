@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 func TestDecodeMsgpackPythonValues(t *testing.T) {
@@ -298,6 +300,7 @@ func FuzzMsgpack(f *testing.F) {
 	}
 	opts := DecodeOptions{MaxDepth: 64, MaxBodySize: 1 << 20}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		defer fuzzwatch.Watch(t, data)()
 		v, err := DecodeMsgpack(data, opts)
 		if err != nil {
 			if v != nil {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 func TestFormatTimePython(t *testing.T) {
@@ -121,6 +123,7 @@ func FuzzParseTime(f *testing.F) {
 		f.Add(c.ISO)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
+		defer fuzzwatch.Watch(t, s)()
 		got, err := ParseTime(s)
 		if err != nil {
 			return

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/celeriac/celeriac/retry"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 var (
@@ -347,6 +349,7 @@ func FuzzDecide(f *testing.F) {
 	f.Add(uint8(1), 0, 1<<40, int64(1<<62), uint8(0), int64(1), int64(1), 1<<40, uint8(4), int64(1<<62), "garbage", 1<<50)
 	f.Fuzz(func(t *testing.T, limitKind uint8, n, backoff int, backoffMax int64, jitter uint8,
 		countdown, defaultDelay int64, retries int, errKind uint8, d int64, header string, draw int) {
+		defer fuzzwatch.Watch(t, limitKind, n, backoff, backoffMax, jitter, countdown, defaultDelay, retries, errKind, d, header, draw)()
 		p := retry.Policy{
 			Backoff: backoff, BackoffMax: time.Duration(backoffMax), Jitter: retry.Jitter(jitter),
 			Countdown: time.Duration(countdown), DefaultRetryDelay: time.Duration(defaultDelay),

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/celeriac/celeriac/retry"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 // now is the fixed "current time" of the tests, with a fraction of a second
@@ -77,6 +79,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 		f.Add(s, testNow.Unix())
 	}
 	f.Fuzz(func(t *testing.T, value string, nowUnix int64) {
+		defer fuzzwatch.Watch(t, value, nowUnix)()
 		now := time.Unix(nowUnix%(1<<40), 0).UTC() // keep now within time's comfortable range
 		d, ok := retry.ParseRetryAfter(value, now)
 		if !ok {

@@ -3,6 +3,8 @@ package worker
 import (
 	"strings"
 	"testing"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 // TestMatchNodeGlob checks the glob matcher against Python's
@@ -54,6 +56,7 @@ func FuzzMatchNode(f *testing.F) {
 		f.Add("celery@web1", s)
 	}
 	f.Fuzz(func(t *testing.T, name, pattern string) {
+		defer fuzzwatch.Watch(t, name, pattern)()
 		matchNode(name, pattern, "glob")
 		matchNode(name, pattern, "pcre")
 		if !strings.ContainsAny(name, "*?[") && !matchNode(name, name, "glob") {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/celeriac/celeriac/backend"
 	"github.com/celeriac/celeriac/protocol"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 // Members as Celery 5.2.6 writes them into <gid>.j (json.dumps), captured
@@ -46,6 +48,7 @@ func FuzzDecodeMember(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte, msgpack bool) {
+		defer fuzzwatch.Watch(t, data, msgpack)()
 		ct := protocol.ContentTypeJSON
 		if msgpack {
 			ct = protocol.ContentTypeMsgpack
@@ -86,6 +89,7 @@ func FuzzParseScore(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
+		defer fuzzwatch.Watch(t, s)()
 		i, err := parseScore(s)
 		if err != nil || i == nil {
 			return

@@ -15,6 +15,8 @@ import (
 	"github.com/celeriac/celeriac/backend"
 	"github.com/celeriac/celeriac/backend/backendtest"
 	"github.com/celeriac/celeriac/transport/transporttest"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 // idemDB is the database of the idempotency tests (see docs/testing.md);
@@ -219,6 +221,7 @@ func FuzzIdempotencyRoundTrip(f *testing.F) {
 	b, raw := newIdemTest(f)
 	var n atomic.Int64
 	f.Fuzz(func(t *testing.T, key, owner string, result []byte) {
+		defer fuzzwatch.Watch(t, key, owner, result)()
 		ctx := context.Background()
 		// A key unique per input, so earlier inputs do not interfere.
 		key = fmt.Sprintf("%d:%s", n.Add(1), key)

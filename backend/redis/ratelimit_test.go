@@ -18,6 +18,8 @@ import (
 
 	"github.com/celeriac/celeriac/backend"
 	"github.com/celeriac/celeriac/transport/transporttest"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 // rateLimitDB is the Redis database of the rate-limit tests (shared with
@@ -417,6 +419,7 @@ func FuzzReserveStoredState(f *testing.F) {
 	f.Add("0x10", " 12 ", 1e9, 1<<40, int64(1))
 	b, raw := newLimiter(f)
 	f.Fuzz(func(t *testing.T, tokens, at string, rate float64, burst int, offset int64) {
+		defer fuzzwatch.Watch(t, tokens, at, rate, burst, offset)()
 		if !(rate > 0) || math.IsInf(rate, 0) {
 			t.Skip("Reserve refuses these rates")
 		}

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/celeriac/celeriac/protocol"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 // python is Debian's interpreter, the one with Celery (see .ci/setup).
@@ -360,6 +362,7 @@ func FuzzEncodePickle(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		defer fuzzwatch.Watch(t, data)()
 		for _, ct := range []string{protocol.ContentTypeJSON, protocol.ContentTypeMsgpack} {
 			v, err := protocol.Unmarshal(ct, data, protocol.DecodeOptions{})
 			if err != nil {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 func newTestGateway(t *testing.T, cfg GatewayConfig) (*Gateway, *Client) {
@@ -209,6 +211,7 @@ func FuzzGateway(f *testing.F) {
 	f.Add("k", `[`)
 	g := NewGateway(GatewayConfig{Seed: 1})
 	f.Fuzz(func(t *testing.T, key, body string) {
+		defer fuzzwatch.Watch(t, key, body)()
 		for range 2 {
 			req := httptest.NewRequest(http.MethodPost, "/v1/charges", strings.NewReader(body))
 			req.Header.Set("Idempotency-Key", key)

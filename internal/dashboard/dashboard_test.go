@@ -24,6 +24,8 @@ import (
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 	"github.com/celeriac/celeriac/transport/memory"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -823,6 +825,7 @@ func FuzzIngest(f *testing.F) {
 	f.Add([]byte(`[{"type":"task-succeeded","uuid":"a","runtime":0.1,"name":"n"},{"type":"worker-offline","hostname":"h"}]`))
 	f.Add([]byte(`{"type":"worker-heartbeat","hostname":"h","loadavg":[1,2,3,4],"freq":1e308,"timestamp":-1}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
+		defer fuzzwatch.Watch(t, body)()
 		d, err := New(Options{Transport: memory.New(memory.Config{}), Control: &fakeControl{}, MaxTasks: 4})
 		if err != nil {
 			t.Fatal(err)

@@ -15,6 +15,8 @@ import (
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 	"github.com/celeriac/celeriac/transport/memory"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 // Bounds FuzzHandler holds every request to.
@@ -89,6 +91,7 @@ func FuzzHandler(f *testing.F) {
 	f.Add("POST", "/api/task/rate-limit/tasks.add", "", `{"ratelimit": 5}`, "http://evil.example", byte(33))
 	f.Add("GET", "/metrics", "", "", "", byte(1))
 	f.Fuzz(func(t *testing.T, method, path, query, form, origin string, flags byte) {
+		defer fuzzwatch.Watch(t, method, path, query, form, origin, flags)()
 		d, err := fuzzDashboard()
 		if err != nil {
 			t.Fatal(err)

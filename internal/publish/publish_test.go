@@ -10,6 +10,8 @@ import (
 
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 // TestOptionsRoundTrip: options stored in a signature by ToSignature (a
@@ -125,6 +127,7 @@ func FuzzFromSignature(f *testing.F) {
 	f.Add([]byte(`{"expires":"nope","priority":"high","group_index":1e300,"stamped_headers":["s",1],"chord":{"task":1}}`))
 	f.Add([]byte(`{"queue":{"name":"q"},"headers":{"a":[1,{"b":null}]},"link_error":{"task":"e"}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		defer fuzzwatch.Watch(t, data)()
 		v, err := protocol.DecodeJSON(data, protocol.DecodeOptions{})
 		if err != nil {
 			return

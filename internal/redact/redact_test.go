@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 func TestURL(t *testing.T) {
@@ -68,6 +70,7 @@ func FuzzURL(f *testing.F) {
 		f.Add(s, "db", "user", "pw", "host/x")
 	}
 	f.Fuzz(func(t *testing.T, raw, scheme, user, pass, rest string) {
+		defer fuzzwatch.Watch(t, raw, scheme, user, pass, rest)()
 		out := URL(raw)
 		for _, part := range strings.Split(raw, ";") {
 			u, err := url.Parse(strings.TrimSpace(part))

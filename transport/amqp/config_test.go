@@ -13,6 +13,8 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/celeriac/celeriac/transport"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 func TestParseURLs(t *testing.T) {
@@ -274,6 +276,7 @@ func FuzzParseMismatch(f *testing.F) {
 	f.Add("PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'at_probe6' in vhost '/': received 'classic' but current is 'quorum'")
 	f.Add("inequivalent arg '' for  '' in vhost '': received the value ' but current is the value '")
 	f.Fuzz(func(t *testing.T, reason string) {
+		defer fuzzwatch.Watch(t, reason)()
 		m := parseMismatch(reason)
 		if m == nil {
 			t.Fatal("nil result")
@@ -293,6 +296,7 @@ func FuzzParseURLs(f *testing.F) {
 	f.Add("amqps://::/:secret@")        // found by CI's fuzzing: the "password" is in the vhost
 	f.Add("amqp://u:se/cret@h:5672/vh") // an unescaped "/" puts half the password in the port
 	f.Fuzz(func(t *testing.T, raw string) {
+		defer fuzzwatch.Watch(t, raw)()
 		urls, err := parseURLs(raw, nil)
 		if err != nil {
 			if strings.Contains(raw, ":secret@") && strings.Contains(err.Error(), "secret") {

@@ -13,6 +13,8 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/celeriac/celeriac/protocol"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 func TestFromTable(t *testing.T) {
@@ -264,6 +266,7 @@ func FuzzHeaderConversion(f *testing.F) {
 	f.Add([]byte("FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF"))
 	f.Add([]byte("T\x00\x00\x00\x00\x65\x53\xf1\x00b\x80B\xffu\xff\xffi\xff\xff\xff\xfff\x3f\x80\x00\x00"))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		defer fuzzwatch.Watch(t, data)()
 		g := &tableGen{data: data}
 		tbl := g.table(0)
 		m, err := fromTable(tbl)

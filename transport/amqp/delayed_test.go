@@ -9,6 +9,8 @@ import (
 
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 // bits is kombu's '.'.join(f'{n:028b}'), spelt out by hand.
@@ -73,6 +75,7 @@ func FuzzStripDelayedPrefix(f *testing.F) {
 	f.Add(int64(0), strings.Repeat("1.", 28)+"x")
 	f.Add(int64(-1), "")
 	f.Fuzz(func(t *testing.T, n int64, key string) {
+		defer fuzzwatch.Watch(t, n, key)()
 		s := stripDelayedPrefix(key)
 		if !strings.HasSuffix(key, s) {
 			t.Fatalf("stripDelayedPrefix(%q) = %q, not a suffix", key, s)

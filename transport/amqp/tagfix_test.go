@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 // chunkConn is a net.Conn whose Read returns at most the next chunk size of
@@ -209,6 +211,7 @@ func FuzzFrameFixer(f *testing.F) {
 	f.Add(frame(frameHeader, contentHeaderPayload(60, table("a", 'A', array(value('L', u64(5)), value('F', table("x", 'L', u64(6))))))), uint8(5), uint16(9))
 	f.Add([]byte("AMQP\x00\x00\x09\x01"), uint8(2), uint16(1))
 	f.Fuzz(func(t *testing.T, data []byte, chunk uint8, bufSize uint16) {
+		defer fuzzwatch.Watch(t, data, chunk, bufSize)()
 		whole, fixed := fixAll(t, data, nil, 1<<16)
 		if len(whole) != len(data) {
 			t.Fatalf("length %d, want %d", len(whole), len(data))

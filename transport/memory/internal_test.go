@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/celeriac/celeriac/protocol"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 func TestTopicMatch(t *testing.T) {
@@ -81,6 +83,7 @@ func FuzzTopicMatch(f *testing.F) {
 		f.Add(s[0], s[1])
 	}
 	f.Fuzz(func(t *testing.T, pattern, key string) {
+		defer fuzzwatch.Watch(t, pattern, key)()
 		p, k := strings.Split(pattern, "."), strings.Split(key, ".")
 		// The oracle is exponential in the number of "#": keep it small.
 		if len(p) > 12 || len(k) > 12 {

@@ -8,6 +8,8 @@ import (
 	"github.com/celeriac/celeriac/protocol"
 	"github.com/celeriac/celeriac/transport"
 	"github.com/celeriac/celeriac/transport/memory"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 // model is the memory transport's documented behaviour for one queue and one
@@ -85,6 +87,7 @@ func FuzzModel(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 3, 0, 1, 6, 2, 1, 1, 1, 7, 1, 1, 1, 4, 0, 5, 0, 7, 2, 1})
 	f.Add([]byte{6, 4, 0, 3, 0, 2, 0, 1, 1, 1, 1, 7, 0, 1, 1, 3, 0, 1, 3, 0, 7, 1, 1, 1})
 	f.Fuzz(func(t *testing.T, ops []byte) {
+		defer fuzzwatch.Watch(t, ops)()
 		if len(ops) > 400 {
 			ops = ops[:400]
 		}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 func fuzzSeeds(f *testing.F) {
@@ -23,6 +25,7 @@ func fuzzSeeds(f *testing.F) {
 func FuzzEnvelopeHelpers(f *testing.F) {
 	fuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
+		defer fuzzwatch.Watch(t, data)()
 		if m, err := parseMeta(data); err == nil {
 			if m.Tag == "" || m.Priority < 0 || m.Priority > 9 {
 				t.Fatalf("parseMeta accepted %q as %+v", data, m)

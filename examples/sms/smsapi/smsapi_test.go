@@ -13,6 +13,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/celeriac/celeriac/examples/sms/smsapi"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 // fakeClock is a settable clock for the Server.
@@ -226,6 +228,7 @@ func FuzzServer(f *testing.F) {
 	f.Add([]byte(`{`), "k")
 	f.Add([]byte(strings.Repeat("[", 100000)), "")
 	f.Fuzz(func(t *testing.T, body []byte, key string) {
+		defer fuzzwatch.Watch(t, body, key)()
 		s := smsapi.NewServer(smsapi.Config{Limit: 1 << 20, FailureRate: 0.3})
 		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(string(body)))
 		req.Header["Idempotency-Key"] = []string{key}

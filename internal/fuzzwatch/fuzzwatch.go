@@ -1,0 +1,82 @@
+// Package fuzzwatch bounds a fuzz target's inputs in time and memory: Go's
+// fuzzer reports a panic or a failed input, but an input that hangs only
+// stalls the worker that runs it, and -fuzztime then ends the run with a
+// PASS. Every fuzz target of celeriac guards each input with Watch.
+package fuzzwatch
+
+import (
+	"flag"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+)
+
+const (
+	// MaxTime is how long one input may take while fuzzing. The inputs
+	// are at most a few KB; every decoder is linear or bounded, so even
+	// on a loaded 2-core machine a legitimate input takes milliseconds.
+	MaxTime = 2 * time.Second
+	// MaxTimeSeeds applies when the seeds run as a plain test (go test,
+	// -race, a busy machine): it catches a hang, not a slow input, which
+	// fuzzing itself catches.
+	MaxTimeSeeds = 60 * time.Second
+	// MaxAlloc is how much one input may allocate.
+	MaxAlloc = 256 << 20
+)
+
+// Watch fails the input (the fuzz function's arguments, for the message)
+// if it runs longer than MaxTime (fuzzing) or MaxTimeSeeds, or allocates
+// more than MaxAlloc; call the function it returns when the input is done.
+// The timer panics, since a runaway input never returns to fail the test:
+// the fuzzer then records the input that crashed its worker, as it does
+// for any panic.
+//
+//	f.Fuzz(func(t *testing.T, data []byte) {
+//		defer fuzzwatch.Watch(t, data)()
+//		...
+//	})
+func Watch(t testing.TB, input ...any) (done func()) {
+	t.Helper()
+	limit := MaxTimeSeeds
+	if fl := flag.Lookup("test.fuzz"); fl != nil && fl.Value.String() != "" {
+		limit = MaxTime
+	}
+	name := t.Name()
+	timer := time.AfterFunc(limit, func() {
+		panic(fmt.Sprintf("%s: an input ran over %v: %s", name, limit, describe(input)))
+	})
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	return func() {
+		timer.Stop()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		if n := after.TotalAlloc - before.TotalAlloc; n > MaxAlloc {
+			t.Errorf("an input allocated %d MiB, over %d MiB: %s", n>>20, MaxAlloc>>20, describe(input))
+		}
+	}
+}
+
+// describe quotes the first 64 bytes of each argument, and its length.
+func describe(input []any) string {
+	var b []byte
+	for i, v := range input {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		switch x := v.(type) {
+		case []byte:
+			b = fmt.Appendf(b, "%d bytes %.64q", len(x), x)
+		case string:
+			b = fmt.Appendf(b, "%d bytes %.64q", len(x), x)
+		default:
+			s := fmt.Sprint(x)
+			if len(s) > 64 {
+				s = s[:64] + "..."
+			}
+			b = append(b, s...)
+		}
+	}
+	return string(b)
+}
