@@ -23,7 +23,7 @@ func dirExists(dir string) bool {
 }
 
 func newBenchIOWorkerCmd() *cobra.Command {
-	var broker, queue, results string
+	var broker, queue, results, postgres string
 	var c int
 	cmd := &cobra.Command{
 		Use:    "ioworker",
@@ -33,7 +33,7 @@ func newBenchIOWorkerCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			return bench.RunIOWorker(ctx, broker, queue, c, results)
+			return bench.RunIOWorker(ctx, broker, queue, c, results, postgres)
 		},
 	}
 	fl := cmd.Flags()
@@ -41,6 +41,7 @@ func newBenchIOWorkerCmd() *cobra.Command {
 	fl.StringVar(&queue, "queue", "bench_io", "queue to consume")
 	fl.IntVarP(&c, "concurrency", "c", 100, "slots")
 	fl.StringVar(&results, "result-backend", "", "redis:// URL to store results in (default: results ignored)")
+	fl.StringVar(&postgres, "postgres", "", "PostgreSQL URL: each task also INSERTs a row into bench_io_rows")
 	return cmd
 }
 
@@ -152,6 +153,7 @@ empty and is emptied at the end.`,
 	fl.StringVar(&fleet, "fleet", "", "workers run again as --fleet-processes processes each (drain only): does Redis' CPU per task hold as processes are added (celeriac:1000,threads:100:1000)")
 	fl.StringVar(&fleetProcs, "fleet-processes", "1,2,4", "process counts of --fleet")
 	fl.StringArrayVar(&celeryPaths, "celery-path", nil, "VERSION=DIR: the folder put first on PYTHONPATH for KIND@VERSION workers (default 5.5 and 5.6 from ~/.cache/celeriac, where .ci/setup unpacks them)")
+	fl.StringVar(&o.PostgresURL, "postgres", "", "PostgreSQL server (postgres://celeriac:celeriac@127.0.0.1:5432/celeriac, as .ci/setup makes it): every task also INSERTs a row into the table bench_io_rows of its database celeriac_bench")
 	fl.StringVar(&plot, "plot", "", "also draw p99 end to end against offered load, for every worker, as an SVG file")
 	fl.IntVar(&o.N, "n", 20000, "tasks per drain")
 	fl.DurationVar(&o.Delay, "delay", 50*time.Millisecond, "the server's answer delay")

@@ -135,7 +135,11 @@ type IOOptions struct {
 	// broker's database), and each open-loop task is awaited with the Go
 	// client's Get, which measures publish to result as a caller sees it.
 	Results bool
-	Log     io.Writer
+	// PostgresURL, when set, makes every task also INSERT a row into
+	// PostgreSQL (the table bench_io_rows of the database celeriac_bench
+	// on that server), as a task that records what it fetched would.
+	PostgresURL string
+	Log         io.Writer
 }
 
 func (o *IOOptions) defaults() {
@@ -191,8 +195,11 @@ type IOResult struct {
 	Wait, E2E  Percentiles
 	CPUPerTask time.Duration // the worker's process tree
 	RedisCPU   time.Duration // Redis' CPU per task (INFO cpu)
-	PeakRSS    int64
-	Loads      []IOLoad
+	// PostgresCPU is the local PostgreSQL's CPU per task, with
+	// IOOptions.PostgresURL.
+	PostgresCPU time.Duration
+	PeakRSS     int64
+	Loads       []IOLoad
 }
 
 // IOLoad is one open-loop level.
@@ -394,6 +401,12 @@ func runIO(ctx context.Context, o *IOOptions, rep *IOReport) ([]IOResult, []IOFl
 	}
 	rep.Machine = ioMachine(ctx, o, rdb)
 	env := &ioEnv{o: o, srv: srv, pub: pub, rdb: rdb, brokerURL: brokerURL, pyDir: pyDir}
+	if o.PostgresURL != "" {
+		if env.rows, err = newIORows(ctx, o.PostgresURL); err != nil {
+			return nil, nil, err
+		}
+		defer env.rows.close(context.WithoutCancel(ctx))
+	}
 	var out []IOResult
 	for _, w := range o.Workers {
 		fmt.Fprintf(o.Log, "bench io: %s\n", w)
@@ -482,7 +495,14 @@ type ioEnv struct {
 	rdb       *goredis.Client
 	brokerURL string
 	pyDir     string
+	rows      *ioRows // with IOOptions.PostgresURL
+	// PostgreSQL's CPU at the start of the last drain, and per task over
+	// it.
+	pgCPU0, pgCPU time.Duration
 }
+
+// maxPGConns bounds each worker process's PostgreSQL connections.
+const maxPGConns = 40
 
 // ioProcs are the processes of one worker: one, or a fleet's.
 type ioProcs struct {
@@ -516,6 +536,9 @@ func (e *ioEnv) start(w IOWorker, n int, tag string) (*ioProcs, error) {
 			if o.Results {
 				cmd.Args = append(cmd.Args, "--result-backend", e.brokerURL)
 			}
+			if e.rows != nil {
+				cmd.Args = append(cmd.Args, "--postgres", e.rows.url)
+			}
 			cmd.Env = childEnv()
 		} else {
 			cmd = exec.Command(o.Python, "-m", "celery", "-A", "benchio", "worker", "-P", w.Kind, "-c", strconv.Itoa(w.Concurrency),
@@ -529,6 +552,9 @@ func (e *ioEnv) start(w IOWorker, n int, tag string) (*ioProcs, error) {
 			cmd.Env = append(childEnv(), "PYTHONPATH="+path, "BENCH_BROKER="+e.brokerURL, "PYTHONDONTWRITEBYTECODE=1")
 			if o.Results {
 				cmd.Env = append(cmd.Env, "BENCH_BACKEND="+e.brokerURL)
+			}
+			if e.rows != nil {
+				cmd.Env = append(cmd.Env, "BENCH_PG="+e.rows.url, "BENCH_PG_CONNS="+strconv.Itoa(min(w.Concurrency, maxPGConns)))
 			}
 		}
 		out := &tailBuffer{max: 8 << 10}
@@ -618,6 +644,12 @@ func (e *ioEnv) warm(ctx context.Context, p *ioProcs, n int) error {
 // throughput, the processes' CPU per task and Redis' CPU per task.
 func (e *ioEnv) drain(ctx context.Context, p *ioProcs, n int) (tput float64, cpu, redis time.Duration, err error) {
 	e.srv.reset("drain")
+	if e.rows != nil {
+		if err := e.rows.empty(ctx); err != nil {
+			return 0, 0, 0, err
+		}
+		e.pgCPU0, _ = postgresCPU()
+	}
 	cpu0, redis0 := p.cpu(), redisCPU(ctx, e.rdb)
 	start := time.Now()
 	if _, err := publishN(ctx, e.pub, e.srv, "drain", n, nil, false); err != nil {
@@ -630,6 +662,26 @@ func (e *ioEnv) drain(ctx context.Context, p *ioProcs, n int) (tput float64, cpu
 	cpu1, redis1 := p.cpu(), redisCPU(ctx, e.rdb)
 	if redis0 >= 0 && redis1 >= redis0 {
 		redis = (redis1 - redis0) / time.Duration(n)
+	}
+	if e.rows != nil {
+		pg1, _ := postgresCPU()
+		e.pgCPU = (pg1 - e.pgCPU0) / time.Duration(n)
+		// A task answers the server before it writes its row: wait for
+		// the rows, so that none is missing unnoticed.
+		deadline := time.Now().Add(time.Minute)
+		for {
+			got, err := e.rows.count(ctx)
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			if got >= n {
+				break
+			}
+			if time.Now().After(deadline) {
+				return 0, 0, 0, fmt.Errorf("%d of %d rows written to PostgreSQL", got, n)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 	return float64(n) / elapsed.Seconds(), (cpu1 - cpu0) / time.Duration(n), redis, nil
 }
@@ -686,6 +738,7 @@ func (e *ioEnv) runWorker(ctx context.Context, w IOWorker) (res IOResult) {
 	if err != nil {
 		return failed(err)
 	}
+	res.PostgresCPU = e.pgCPU
 	var waits, e2es []time.Duration
 	for _, h := range srv.hits() {
 		waits, e2es = append(waits, h.wait), append(e2es, h.e2e)
@@ -871,7 +924,7 @@ func redisCPU(ctx context.Context, rdb *goredis.Client) time.Duration {
 // RunIOWorker is `celeriac bench ioworker`: a celeriac worker whose one
 // task, bench.io, GETs its URL, as an I/O-bound Celery task would, until
 // ctx ends.
-func RunIOWorker(ctx context.Context, brokerURL, queue string, concurrency int, resultBackend string) error {
+func RunIOWorker(ctx context.Context, brokerURL, queue string, concurrency int, resultBackend, postgres string) error {
 	tr, err := redistransport.Dial(ctx, redistransport.Config{URL: brokerURL})
 	if err != nil {
 		return err
@@ -882,6 +935,13 @@ func RunIOWorker(ctx context.Context, brokerURL, queue string, concurrency int, 
 		MaxIdleConns: concurrency, MaxIdleConnsPerHost: concurrency, IdleConnTimeout: time.Minute}}
 	// The server counts the processes of a fleet by the pid in the URL.
 	pidParam := "&w=" + strconv.Itoa(os.Getpid())
+	var rows *ioRowWriter
+	if postgres != "" {
+		if rows, err = newIORowWriter(ctx, postgres, min(concurrency, maxPGConns)); err != nil {
+			return err
+		}
+		defer rows.close()
+	}
 	mux := worker.NewMux()
 	mux.HandleFunc("bench.io", func(ctx context.Context, t *worker.Task) (any, error) {
 		var u string
@@ -897,8 +957,10 @@ func RunIOWorker(ctx context.Context, brokerURL, queue string, concurrency int, 
 			return nil, err
 		}
 		defer resp.Body.Close()
-		_, err = io.Copy(io.Discard, resp.Body)
-		return nil, err
+		if _, err = io.Copy(io.Discard, resp.Body); err != nil || rows == nil {
+			return nil, err
+		}
+		return nil, rows.write(ctx, u, t.Hostname)
 	}, worker.IgnoreResult(resultBackend == ""))
 	cfg := worker.Config{Queues: []string{queue}, Concurrency: concurrency,
 		Hostname: "bench-io-celeriac@%h", WithoutHeartbeat: true, WithoutControl: true}
@@ -937,10 +999,46 @@ app.conf.update(
 )
 
 
-@app.task(name="bench.io")
-def io(url):
+PG = os.environ.get("BENCH_PG")
+if PG:
+    import queue
+    import threading
+
+    import psycopg2
+
+    # At most BENCH_PG_CONNS connections per worker process, shared by its
+    # threads or greenlets (made lazily, so after prefork's fork).
+    _idle = queue.LifoQueue()
+    _made = [0]
+    _lock = threading.Lock()
+
+    def _conn():
+        try:
+            return _idle.get_nowait()
+        except queue.Empty:
+            pass
+        with _lock:
+            make = _made[0] < int(os.environ["BENCH_PG_CONNS"])
+            if make:
+                _made[0] += 1
+        if make:
+            c = psycopg2.connect(PG)
+            c.autocommit = True
+            return c
+        return _idle.get()
+
+
+@app.task(name="bench.io", bind=True)
+def io(self, url):
     with urllib.request.urlopen(url + "&w=%d" % os.getpid(), timeout=60) as r:
         r.read()
+    if PG:
+        c = _conn()
+        try:
+            with c.cursor() as cur:
+                cur.execute("INSERT INTO bench_io_rows (url, worker) VALUES (%s, %s)", (url, self.request.hostname))
+        finally:
+            _idle.put(c)
 `
 
 // WriteIOReport writes the I/O benchmark's report in Markdown: the
@@ -957,16 +1055,35 @@ func WriteIOReport(w io.Writer, rep IOReport) {
 	}
 	fmt.Fprintf(w, "Each task GETs a loopback HTTP server that answers after %v (every %dth request after %v); %d tasks per drain unless the worker says otherwise, from Redis.\n\n",
 		o.Delay, o.TailEvery, o.Tail, o.N)
-	fmt.Fprintln(w, "| worker | tasks | tasks/s | queue wait p50 / p99 | end to end p50 / p99 / p99.9 | CPU per task | peak RSS | Redis CPU per task |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+	pg := o.PostgresURL != ""
+	if pg {
+		fmt.Fprint(w, "Every task also INSERTs a row into PostgreSQL.\n\n")
+	}
+	fmt.Fprint(w, "| worker | tasks | tasks/s | queue wait p50 / p99 | end to end p50 / p99 / p99.9 | CPU per task | peak RSS | Redis CPU per task |")
+	if pg {
+		fmt.Fprint(w, " PostgreSQL CPU per task |")
+	}
+	fmt.Fprint(w, "\n|---|---|---|---|---|---|---|---|")
+	if pg {
+		fmt.Fprint(w, "---|")
+	}
+	fmt.Fprintln(w)
 	for _, r := range rep.Results {
 		if r.Err != "" && r.Throughput == 0 {
-			fmt.Fprintf(w, "| %s |  | failed: %s |  |  |  |  |  |\n", r.Worker, firstLine(r.Err))
+			fmt.Fprintf(w, "| %s |  | failed: %s |  |  |  |  |  |", r.Worker, firstLine(r.Err))
+			if pg {
+				fmt.Fprint(w, "  |")
+			}
+			fmt.Fprintln(w)
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %d | %.0f | %s / %s ms | %s / %s / %s ms | %d µs | %.0f MB | %.1f µs |\n", r.Worker, r.N, r.Throughput,
+		fmt.Fprintf(w, "| %s | %d | %.0f | %s / %s ms | %s / %s / %s ms | %d µs | %.0f MB | %.1f µs |", r.Worker, r.N, r.Throughput,
 			ms(r.Wait.P50), ms(r.Wait.P99), ms(r.E2E.P50), ms(r.E2E.P99), ms(r.E2E.P999),
 			r.CPUPerTask.Microseconds(), float64(r.PeakRSS)/1e6, us(r.RedisCPU))
+		if pg {
+			fmt.Fprintf(w, " %.0f µs |", us(r.PostgresCPU))
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "\nOpen loop: Poisson arrivals for %v at each fraction of the worker's own throughput above; end to end p50 / p99 ms", o.LoadFor)
 	if o.Results {
