@@ -158,3 +158,18 @@ func TestWriteIOPlot(t *testing.T) {
 		t.Errorf("empty plot: %s", empty.String())
 	}
 }
+
+func TestWriteIOReportPostgres(t *testing.T) {
+	var b bytes.Buffer
+	WriteIOReport(&b, IOReport{Options: IOOptions{N: 10, PostgresURL: "postgres://x"}, Results: []IOResult{
+		{Worker: IOWorker{Kind: "celeriac", Concurrency: 100}, N: 10, Throughput: 500, PostgresCPU: 225 * time.Microsecond},
+		{Worker: IOWorker{Kind: "gevent", Concurrency: 500}, Err: "boom"},
+	}})
+	out := b.String()
+	for _, want := range []string{"Every task also INSERTs a row into PostgreSQL.", "| PostgreSQL CPU per task |", "| 0.0 µs | 225 µs |",
+		"| Python gevent -c 500 |  | failed: boom |  |  |  |  |  |  |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
