@@ -88,6 +88,12 @@ func (r controlRequest) forMe(hostname string) bool {
 // A pattern Go's regexp cannot compile, or an unknown matcher (kombu raises
 // MatcherNotInstalled), selects nothing.
 func matchNode(hostname, pattern, matcher string) bool {
+	// The pattern comes off the wire: compiling a regular expression is
+	// linear in it, but a megabyte of it per control message is CPU spent
+	// for nobody. Node names are short, and so are kombu's patterns.
+	if len(pattern) > maxNodePattern {
+		return false
+	}
 	var expr string
 	switch matcher {
 	case "glob":
@@ -100,6 +106,9 @@ func matchNode(hostname, pattern, matcher string) bool {
 	re, err := regexp.Compile(expr)
 	return err == nil && re.MatchString(hostname)
 }
+
+// maxNodePattern bounds a remote-control destination pattern.
+const maxNodePattern = 1024
 
 // globRegexp translates a shell pattern as Python's fnmatch.translate does:
 // * and ? match any character (a '/' too), [seq] and [!seq] are character

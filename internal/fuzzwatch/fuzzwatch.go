@@ -13,10 +13,11 @@ import (
 )
 
 const (
-	// MaxTime is how long one input may take while fuzzing. The inputs
-	// are at most a few KB; every decoder is linear or bounded, so even
-	// on a loaded 2-core machine a legitimate input takes milliseconds.
-	MaxTime = 2 * time.Second
+	// MaxTime is how long one input may take while fuzzing. Every
+	// decoder is linear or bounded, so a legitimate input takes
+	// milliseconds; the margin is for a loaded 2-core machine, where a
+	// fuzz worker minimising an input shares the cores with others.
+	MaxTime = 5 * time.Second
 	// MaxTimeSeeds applies when the seeds run as a plain test (go test,
 	// -race, a busy machine): it catches a hang, not a slow input, which
 	// fuzzing itself catches.
