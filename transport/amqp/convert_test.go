@@ -3,8 +3,8 @@ package amqp
 import (
 	"errors"
 	"math"
-	"reflect"
 	"math/big"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
