@@ -221,9 +221,17 @@ func (d *Dashboard) apiTaskResult(w http.ResponseWriter, r *http.Request) {
 func (d *Dashboard) apiQueues(w http.ResponseWriter, r *http.Request) {
 	var list []map[string]any
 	for _, s := range d.queues(r.Context()) {
-		q := map[string]any{"name": s.Name, "messages": s.Depth}
-		if s.Err != "" {
-			q["messages"], q["error"] = nil, s.Err
+		// messages_ready and messages_unacknowledged are the names of
+		// RabbitMQ's management API, which Flower's answer passes on.
+		q := map[string]any{"name": s.Name, "messages": s.Depth, "messages_ready": s.Depth}
+		switch {
+		case s.Err != "":
+			q["messages"], q["messages_ready"], q["error"] = nil, nil, s.Err
+		case s.Unacked >= 0:
+			q["messages_unacknowledged"] = s.Unacked
+			if s.UnackedAtLeast {
+				q["messages_unacknowledged_at_least"] = true
+			}
 		}
 		if s.Consumers >= 0 {
 			q["consumers"] = s.Consumers
