@@ -453,6 +453,12 @@ func (d *Dashboard) metrics(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(&b, "celeriac_dashboard_queue_messages{queue=\"%s\"} %d\n", promLabel(n), s.Depth)
 		}
 	}
+	b.WriteString("# HELP celeriac_dashboard_queue_unacked Messages delivered and not yet acknowledged per queue at the last sample, where the broker counts them (a lower bound on Redis when the count reached its bound).\n# TYPE celeriac_dashboard_queue_unacked gauge\n")
+	for _, n := range names {
+		if s := d.samples[n]; s.Err == "" && s.Unacked >= 0 {
+			fmt.Fprintf(&b, "celeriac_dashboard_queue_unacked{queue=\"%s\"} %d\n", promLabel(n), s.Unacked)
+		}
+	}
 	d.qmu.Unlock()
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_, _ = io.WriteString(w, b.String())

@@ -1195,6 +1195,11 @@ func TestQueuesUnacked(t *testing.T) {
 		}
 	}
 
+	_, body = e.get(e.client(), "/metrics")
+	if !strings.Contains(body, `celeriac_dashboard_queue_unacked{queue="q1"} 3`) || strings.Contains(body, `celeriac_dashboard_queue_unacked{queue="nomgmt"}`) {
+		t.Errorf("/metrics:\n%s", body)
+	}
+
 	e = newEnv(t, Options{RefreshEvery: time.Millisecond, Queues: []string{"nomgmt"}, Inspector: countingInspector{
 		fakeInspector: insp, counts: UnackedCounts{ByQueue: map[string]int{"q1": 1000, "other": 5}, AtLeast: true}}})
 	_, body = e.get(e.client(), "/queues")

@@ -116,3 +116,27 @@ func TestRabbitAPIQueue(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseRabbitQueue: whatever the management API answers, parsing
+// returns an error or figures a queue can have.
+func FuzzParseRabbitQueue(f *testing.F) {
+	f.Add([]byte(`{"messages_ready":4,"messages_unacknowledged":3,"consumers":2,"message_stats":{"publish_details":{"rate":1.5},"ack_details":{"rate":1.25}}}`))
+	f.Add([]byte(`{"consumers":1e300}`))
+	f.Add([]byte(`{"message_stats":{"ack_details":{"rate":-1e308}}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		q, err := parseRabbitQueue(b)
+		if err != nil {
+			return
+		}
+		for _, n := range []int{q.Ready, q.Unacked, q.Consumers} {
+			if n < -1 {
+				t.Fatalf("count %d from %q", n, b)
+			}
+		}
+		for _, r := range []float64{q.PublishRate, q.AckRate} {
+			if r < 0 || r > 1e12 || r != r {
+				t.Fatalf("rate %v from %q", r, b)
+			}
+		}
+	})
+}
