@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -27,7 +29,7 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 		listen, token, basicFile, persist string
 		queues, allowedHosts              []string
 		readOnly, enableEvents, insecure  bool
-		urlPrefix                         string
+		urlPrefix, brokerAPI              string
 		maxTasks                          int
 		refresh                           time.Duration
 	)
@@ -101,12 +103,22 @@ History is bounded (--max-tasks, the newest kept) and kept in memory; with
 					}
 				}
 			}
+			var api *dashboard.RabbitAPI
+			if brokerAPI != "" {
+				if conn.BrokerScheme != "amqp" {
+					return usagef("--broker-api is RabbitMQ's management API: the broker is %s", conn.BrokerScheme)
+				}
+				if api, err = rabbitAPI(brokerAPI, g.options().BrokerURL); err != nil {
+					return usagef("--broker-api: %v", err)
+				}
+				g.log.Info("unacked counts and rates from RabbitMQ's management API", zap.Stringer("broker_api", api))
+			}
 			// /api/task/async-apply sends with Celery's defaults, as
 			// `celeriac send` does.
 			sender := client.New(conn.Transport, client.Config{DefaultQueue: g.file.TaskDefaultQueue, Backend: conn.Backend})
 			d, err := dashboard.New(dashboard.Options{
 				Transport: conn.Transport, BrokerScheme: conn.BrokerScheme, Backend: conn.Backend, Client: sender,
-				Inspector: queueInspector(conn.Transport), Queues: qs, MaxTasks: maxTasks,
+				Inspector: queueInspector(conn.Transport, api), Queues: qs, MaxTasks: maxTasks,
 				PersistFile: persist, AuthToken: token, BasicAuth: basic, ReadOnly: readOnly,
 				AllowedHosts: hosts, AllowIPHosts: anyIP, URLPrefix: urlPrefix,
 				EnableEvents: enableEvents, RefreshEvery: refresh, Logger: g.log.Named("dashboard"),
@@ -164,6 +176,7 @@ History is bounded (--max-tasks, the newest kept) and kept in memory; with
 	f.StringVar(&basicFile, "basic-auth-file", "", "file of user:password lines (HTTP basic auth) every page and action needs")
 	f.BoolVar(&readOnly, "read-only", false, "no actions and no remote-control commands at all")
 	f.StringVar(&urlPrefix, "url-prefix", "", "serve under this path (/flower) for a reverse proxy that forwards it unchanged")
+	f.StringVar(&brokerAPI, "broker-api", "", "RabbitMQ's management API (http://user:pass@host:15672/api/; the broker's credentials when none), for unacked counts and rates, as Flower's --broker_api")
 	f.StringArrayVar(&allowedHosts, "allowed-host", nil, "host name requests may give in their Host header besides the --listen host and loopback names (repeatable, or comma-separated)")
 	f.BoolVar(&insecure, "insecure-no-auth", false, "serve a non-loopback --listen address without credentials")
 	f.StringArrayVarP(&queues, "queue", "Q", nil, "queues to show besides those the workers consume (repeatable, or comma-separated)")
@@ -207,24 +220,29 @@ func readBasicAuth(path string) (map[string]string, error) {
 }
 
 // queueInspector adapts the transports' own queue reports to the
-// dashboard's: RabbitMQ's consumers and x-max-priority, Redis's bands.
-func queueInspector(tr any) dashboard.QueueInspector {
+// dashboard's: RabbitMQ's consumers and x-max-priority (and, with api,
+// its unacked counts and rates), Redis's bands and unacked hash.
+func queueInspector(tr any, api *dashboard.RabbitAPI) dashboard.QueueInspector {
 	switch t := tr.(type) {
 	case *amqptransport.Transport:
 		return inspectFunc(func(ctx context.Context, q string) (dashboard.QueueDetail, error) {
 			info, err := t.QueueInfo(ctx, q)
-			return dashboard.QueueDetail{Depth: info.Messages, Consumers: info.Consumers, MaxPriority: info.MaxPriority}, err
+			det := dashboard.QueueDetail{Depth: info.Messages, Consumers: info.Consumers, MaxPriority: info.MaxPriority, Unacked: -1}
+			if err != nil || api == nil {
+				return det, err
+			}
+			// AMQP's own figures stay the depth and consumers: the API's
+			// lag behind by its statistics interval.
+			if rq, err := api.Queue(ctx, q); err != nil {
+				det.UnackedErr = err.Error()
+			} else {
+				det.Unacked = rq.Unacked
+				det.PublishRate, det.AckRate, det.HasRates = rq.PublishRate, rq.AckRate, rq.HasRates
+			}
+			return det, nil
 		})
 	case *redistransport.Transport:
-		return inspectFunc(func(ctx context.Context, q string) (dashboard.QueueDetail, error) {
-			bands, err := t.BandLens(ctx, q)
-			det := dashboard.QueueDetail{Consumers: -1, MaxPriority: -1}
-			for _, b := range bands {
-				det.Depth += b.Len
-				det.Bands = append(det.Bands, dashboard.QueueBand{Priority: b.Priority, Len: b.Len})
-			}
-			return det, err
-		})
+		return redisInspector{t}
 	}
 	return nil
 }
@@ -233,6 +251,51 @@ type inspectFunc func(ctx context.Context, q string) (dashboard.QueueDetail, err
 
 func (f inspectFunc) Inspect(ctx context.Context, q string) (dashboard.QueueDetail, error) {
 	return f(ctx, q)
+}
+
+type redisInspector struct{ t *redistransport.Transport }
+
+func (r redisInspector) Inspect(ctx context.Context, q string) (dashboard.QueueDetail, error) {
+	bands, err := r.t.BandLens(ctx, q)
+	det := dashboard.QueueDetail{Consumers: -1, MaxPriority: -1, Unacked: -1}
+	for _, b := range bands {
+		det.Depth += b.Len
+		det.Bands = append(det.Bands, dashboard.QueueBand{Priority: b.Priority, Len: b.Len})
+	}
+	return det, err
+}
+
+// maxUnackedScan bounds the entries of kombu's unacked hash read per
+// sample: beyond it the dashboard shows lower bounds.
+const maxUnackedScan = 10000
+
+// CountUnacked counts by routing key, which names the queue under
+// Celery's default routing; kombu records no queue in the hash.
+func (r redisInspector) CountUnacked(ctx context.Context) (dashboard.UnackedCounts, error) {
+	c, err := r.t.UnackedByRoutingKey(ctx, maxUnackedScan)
+	return dashboard.UnackedCounts{ByQueue: c.ByRoutingKey, AtLeast: c.Capped}, err
+}
+
+// rabbitAPI is the --broker-api client for the broker's vhost, with the
+// broker's credentials unless the API URL has its own.
+func rabbitAPI(apiURL, brokerURL string) (*dashboard.RabbitAPI, error) {
+	first, _, _ := strings.Cut(brokerURL, ";")
+	// Neither the URL nor amqp091's error is quoted: they may carry the
+	// password. The worker's own parsing has refused a bad URL already.
+	const bad = "the broker URL does not parse as amqp://user:password@host:port/vhost"
+	u, err := url.Parse(strings.TrimSpace(first))
+	if err != nil {
+		return nil, errors.New(bad)
+	}
+	switch u.Scheme {
+	case "pyamqp", "librabbitmq", "amqps":
+		u.Scheme = "amqp"
+	}
+	uri, err := amqp091.ParseURI(u.String())
+	if err != nil {
+		return nil, errors.New(bad)
+	}
+	return dashboard.NewRabbitAPI(apiURL, uri.Vhost, uri.Username, uri.Password)
 }
 
 // listenHosts reads a --listen address: the host names its Host headers

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -62,6 +63,44 @@ func TestDashboardUsage(t *testing.T) {
 		if code != exitUsage {
 			t.Errorf("%v: exit %d, want %d\n%s", a, code, exitUsage, errs)
 		}
+	}
+}
+
+// TestDashboardBrokerAPI: --broker-api is for RabbitMQ only, and it asks
+// for the broker's vhost with the broker's credentials unless its URL has
+// its own, without quoting a password when the URL does not parse.
+func TestDashboardBrokerAPI(t *testing.T) {
+	_, errs, code := cli(t, "-b", "memory://", "dashboard", "--broker-api", "http://127.0.0.1:15672/api/")
+	if code != exitUsage || !strings.Contains(errs, "RabbitMQ's management API") {
+		t.Errorf("--broker-api on the memory broker: exit %d\n%s", code, errs)
+	}
+	for broker, want := range map[string]string{
+		"amqp://u:p@h:5672/h-dash":       "h-dash u:p",
+		"pyamqp://u:p@h//":               "/ u:p",
+		"amqps://u:p@h/v;amqp://x:y@h2/": "v u:p",
+		"amqp://h":                       "/ guest:guest",
+	} {
+		var gotPath, gotAuth string
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			u, p, _ := r.BasicAuth()
+			gotPath, gotAuth = r.URL.Path, u+":"+p
+			w.Write([]byte(`{"messages_unacknowledged": 1}`))
+		}))
+		api, err := rabbitAPI(srv.URL, broker)
+		if err != nil {
+			t.Fatalf("%s: %v", broker, err)
+		}
+		if _, err := api.Queue(t.Context(), "celery"); err != nil {
+			t.Fatal(err)
+		}
+		srv.Close()
+		vhost, auth, _ := strings.Cut(want, " ")
+		if gotPath != "/api/queues/"+vhost+"/celery" || gotAuth != auth {
+			t.Errorf("%s: asked %s as %s, want vhost %s as %s", broker, gotPath, gotAuth, vhost, auth)
+		}
+	}
+	if _, err := rabbitAPI("http://h:15672/", "amqp://u:s3cret@h:port/"); err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("bad broker URL: %v", err)
 	}
 }
 

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -75,7 +78,9 @@ type dashEnv struct {
 	dlx       string // RabbitMQ: goQ's dead-letter exchange
 	goNode    string
 	pyNode    string
-	url       string
+	url       string // the dashboard's root, its prefix included
+	prefix    string // --url-prefix, "" for none
+	brokerAPI bool   // RabbitMQ: --broker-api given, unacked counts known
 	shots     string
 	ctx       context.Context // the browser tab
 	dialogs   atomic.Int32
@@ -142,7 +147,14 @@ func (e *dashEnv) startGoWorker() {
 // send has the Python client send a task and returns its id.
 func (e *dashEnv) send(name string, args []any, countdown float64, queue string) string {
 	e.t.Helper()
-	spec := map[string]any{"name": name, "args": args, "queue": queue}
+	return e.sendN(1, name, args, countdown, queue)[0]
+}
+
+// sendN has the Python client send n copies of a task and returns their
+// ids.
+func (e *dashEnv) sendN(n int, name string, args []any, countdown float64, queue string) []string {
+	e.t.Helper()
+	spec := map[string]any{"name": name, "args": args, "queue": queue, "count": n}
 	if countdown > 0 {
 		spec["countdown"] = countdown
 	}
@@ -151,11 +163,67 @@ func (e *dashEnv) send(name string, args []any, countdown float64, queue string)
 	}
 	b, _ := json.Marshal(spec)
 	out := runPython(e.t, time.Minute, e.pyEnv, "import runpy, sys; sys.argv = ['it_dash_send.py'] + sys.argv[1:]; runpy.run_module('it_dash_send', run_name='__main__')", string(b))
-	id := strings.TrimSpace(out)
-	if len(id) != 36 {
+	ids := strings.Fields(out)
+	if len(ids) != n || slices.ContainsFunc(ids, func(id string) bool { return len(id) != 36 }) {
 		e.t.Fatalf("python sent %q", out)
 	}
-	return id
+	return ids
+}
+
+// sendCanvas has the Python client send a chain or a chord (see
+// it_dash_send.py) to the shared queue, so that both workers run its
+// members; it returns the last task's id and every member's.
+func (e *dashEnv) sendCanvas(kind string) (string, []string) {
+	e.t.Helper()
+	b, _ := json.Marshal(map[string]any{"canvas": kind, "queue": e.q})
+	out := runPython(e.t, time.Minute, e.pyEnv, "import runpy, sys; sys.argv = ['it_dash_send.py'] + sys.argv[1:]; runpy.run_module('it_dash_send', run_name='__main__')", string(b))
+	var r struct {
+		ID  string
+		IDs []string
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.ID) != 36 || len(r.IDs) < 3 {
+		e.t.Fatalf("python sent the %s %q: %v", kind, out, err)
+	}
+	return r.ID, r.IDs
+}
+
+// fetch requests a path of the dashboard's server from the page, as its
+// script would: with the page's session cookie and no other credentials.
+// path is absolute: the caller adds the prefix.
+func (e *dashEnv) fetch(method, path string) (int, string) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	init := `{}`
+	if method != "GET" {
+		// JSON, so that a write needs no CSRF token (docs/dashboard.md).
+		init = `{method: ` + jsq(method) + `, headers: {'Content-Type': 'application/json'}, body: '{}'}`
+	}
+	out, err := chromedp.Run(ctx, chromedp.Evaluate[string](`fetch(`+jsq(path)+`, `+init+`).then(async r => JSON.stringify({status: r.status, body: await r.text()}))`, chromedp.EvalAwaitPromise))
+	if err != nil {
+		e.t.Fatalf("fetch %s %s: %v", method, path, err)
+	}
+	var r struct {
+		Status int
+		Body   string
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		e.t.Fatalf("fetch %s: %v", path, err)
+	}
+	return r.Status, r.Body
+}
+
+// api GETs an API path (under the prefix) from the page and decodes its
+// JSON answer into v.
+func (e *dashEnv) api(path string, v any) {
+	e.t.Helper()
+	code, body := e.fetch("GET", e.prefix+path)
+	if code != 200 {
+		e.t.Fatalf("GET %s: %d %s", path, code, body)
+	}
+	if err := json.Unmarshal([]byte(body), v); err != nil {
+		e.t.Fatalf("GET %s: %v\n%s", path, err, body)
+	}
 }
 
 func (e *dashEnv) run(actions ...chromedp.Action[chromedp.Void]) {
@@ -256,6 +324,17 @@ func TestDashboardBrowser(t *testing.T) {
 				e.broker, e.backend = amqpURL(t), redisDBURL(t, cliRedisDB)
 				e.dlx = e.goQ + ".dlx"
 			}
+			var extra []string
+			if broker == "rabbitmq" {
+				// On RabbitMQ the dashboard runs behind a path, as behind a
+				// reverse proxy, and every step below goes through it.
+				e.prefix = "/flower"
+				extra = append(extra, "--url-prefix", e.prefix)
+				if api := rabbitAPIURL(t, e.broker); api != "" {
+					e.brokerAPI = true
+					extra = append(extra, "--broker-api", api)
+				}
+			}
 			bc := brokerCase{broker, e.broker, e.backend}
 			t.Cleanup(func() { deleteQueue(t, bc, e.q); deleteQueue(t, bc, e.goQ); deleteQueue(t, bc, e.pyQ) })
 			e.pyEnv = map[string]string{"IT_BROKER": e.broker, "IT_BACKEND": e.backend, "IT_QUEUE": e.q}
@@ -263,10 +342,10 @@ func TestDashboardBrowser(t *testing.T) {
 			// No -E: the dashboard turns task events on (enable_events).
 			startPythonWorker(t, e.pyEnv, "it_cli_app", "-Q", e.q+","+e.pyQ, "-n", e.pyNode, "-c", "2", "--without-mingle", "--without-gossip")
 			port := freePort(t)
-			startProc(t, "celeriac dashboard", "./cmd/celeriac", procOptions{Ready: "dashboard ready", Stop: syscall.SIGTERM},
-				"-b", e.broker, "--result-backend", e.backend, "dashboard", "--listen", fmt.Sprintf("127.0.0.1:%d", port),
-				"--auth-token", "it-token", "--refresh", "1s", "-Q", e.q+","+e.goQ)
-			e.url = fmt.Sprintf("http://127.0.0.1:%d", port)
+			args := append([]string{"-b", e.broker, "--result-backend", e.backend, "dashboard", "--listen", fmt.Sprintf("127.0.0.1:%d", port),
+				"--auth-token", "it-token", "--refresh", "1s", "-Q", e.q + "," + e.goQ}, extra...)
+			startProc(t, "celeriac dashboard", "./cmd/celeriac", procOptions{Ready: "dashboard ready", Stop: syscall.SIGTERM}, args...)
+			e.url = fmt.Sprintf("http://127.0.0.1:%d%s", port, e.prefix)
 			testDashboardInBrowser(t, e, chromium)
 		})
 	}
@@ -299,7 +378,7 @@ func testDashboardInBrowser(t *testing.T, e *dashEnv, chromium string) {
 	// Before logging in, every page sends the browser to the login form
 	// (with --auth-token, reading needs the token too), showing no data.
 	e.nav("/workers")
-	e.waitJS("sent to the login form", `location.pathname === '/login' && !!document.querySelector('input[name=token]') && !document.querySelector('tr.worker')`)
+	e.waitJS("sent to the login form", `location.pathname === `+jsq(e.prefix+"/login")+` && !!document.querySelector('input[name=token]') && !document.querySelector('tr.worker')`)
 
 	// Log in with the token: it brings the browser back to /workers.
 	e.run(chromedp.SendKeys(chromedp.CSS(`input[name=token]`), "it-token"), chromedp.Submit(chromedp.CSS(`input[name=token]`)))
@@ -309,6 +388,15 @@ func testDashboardInBrowser(t *testing.T, e *dashEnv, chromium string) {
 		return !!g && !!p && g.textContent.includes('online') && p.textContent.includes('online') && g.textContent.includes('celeriac') && p.textContent.includes('py-celery') })()`,
 		jsq(e.goNode), jsq(e.pyNode)))
 	e.shot("workers")
+	if e.prefix != "" {
+		e.waitJS("every link and form under the prefix", fmt.Sprintf(`(() => { const els = [...document.querySelectorAll('a[href^="/"], form[action^="/"]')];
+			return els.length > 5 && els.every(el => (el.getAttribute('href') || el.getAttribute('action')).startsWith(%s)) })()`, jsq(e.prefix+"/")))
+		for _, path := range []string{"/workers", "/api/workers", "/events"} {
+			if code, _ := e.fetch("GET", path); code != 404 {
+				t.Errorf("%s outside the prefix: %d, want 404", path, code)
+			}
+		}
+	}
 	// A form whose CSRF token was tampered with is refused.
 	e.waitJS("tamper with the CSRF token", fmt.Sprintf(`(() => { const f = document.querySelector('tr[data-worker=%s] form'); if (!f) return false;
 		f.querySelector('input[name=csrf]').value = '0'.repeat(64); f.querySelector('button[value=shutdown]').click(); return true })()`, jsq(e.goNode)))
@@ -336,6 +424,60 @@ func testDashboardInBrowser(t *testing.T, e *dashEnv, chromium string) {
 	e.waitJS("the stored result", `(document.getElementById('backend-value')||{}).textContent === '5'`)
 	e.shot("task")
 
+	// The JSON API, with the page's own session, answers what the pages
+	// show.
+	var workers map[string]struct {
+		Online       bool
+		SWIdent      string                  `json:"sw_ident"`
+		ActiveQueues []struct{ Name string } `json:"active_queues"`
+	}
+	e.api("/api/workers", &workers)
+	for node, sw := range map[string]string{e.goNode: "celeriac", e.pyNode: "py-celery"} {
+		w := workers[node]
+		if !w.Online || w.SWIdent != sw || !slices.ContainsFunc(w.ActiveQueues, func(q struct{ Name string }) bool { return q.Name == e.q }) {
+			t.Errorf("/api/workers[%s] = %+v", node, w)
+		}
+	}
+	type apiTask struct {
+		UUID, Name, State, Result, Args string
+		Position                        *int
+	}
+	var found map[string]apiTask
+	e.api("/api/tasks?search="+id[:13], &found)
+	if tk := found[id]; len(found) != 1 || tk.Name != "tasks.add" || tk.State != "SUCCESS" || tk.Result != "5" || tk.Position == nil {
+		t.Errorf("/api/tasks?search=%s = %+v", id[:13], found)
+	}
+	var info apiTask
+	e.api("/api/task/info/"+id, &info)
+	if info.UUID != id || info.State != "SUCCESS" || info.Args != "[2, 3]" {
+		t.Errorf("/api/task/info/%s = %+v", id, info)
+	}
+	if code, body := e.fetch("GET", e.prefix+"/api/task/info/"+strings.Repeat("0", 36)); code != 404 || !strings.Contains(body, `"error"`) {
+		t.Errorf("/api/task/info of an unknown task: %d %s", code, body)
+	}
+
+	// A chain and a chord (behind a first step) sent from Python, their
+	// members run by both workers: the last task's page shows the whole
+	// workflow as a tree, every member with its state.
+	for _, kind := range []string{"chain", "chord"} {
+		last, ids := e.sendCanvas(kind)
+		e.nav("/task/" + last)
+		e.waitJS("the "+kind+"'s workflow, all succeeded", fmt.Sprintf(`(() => { const ids = %s, rows = [...document.querySelectorAll('#task-workflow tr.wf')];
+			return rows.length === ids.length && ids.every(id => { const r = document.querySelector('#task-workflow tr.wf[data-task="' + id + '"]');
+				return !!r && r.querySelector('.st').textContent === 'SUCCESS' }) })()`, mustJSON(ids)))
+		want := map[string]string{"chain": "51", "chord": "5"}[kind]
+		if got := e.text("#task-result"); got != want {
+			t.Errorf("the %s's last task's result %q, want %s", kind, got, want)
+		}
+		// A chain's steps each under the one before; the chord's members
+		// under the first step, and its body under the task that sent it:
+		// the first step (the parent the chain gave it) when Python's
+		// worker joins the chord, else a member.
+		depths := map[string]string{"chain": "[[0], [1], [2]]", "chord": "[[0], [1], [1], [1, 2]]"}[kind]
+		e.waitJS("the "+kind+"'s members nested", fmt.Sprintf(`%s.every((d, i) => d.includes(Number(document.querySelector('#task-workflow tr.wf[data-task="' + %s[i] + '"]').dataset.depth)))`, depths, mustJSON(ids)))
+		e.shot("workflow-" + kind)
+	}
+
 	// The XSS task: its args render as text and nothing runs.
 	xid := e.send("tasks.echo", []any{"<script>alert(1)</script>"}, 0, e.goQ)
 	e.nav("/task/" + xid)
@@ -346,6 +488,13 @@ func testDashboardInBrowser(t *testing.T, e *dashEnv, chromium string) {
 	e.waitJS("only the page's own script", `document.querySelectorAll('script').length === 1`)
 	e.nav("/tasks")
 	e.waitJS("the XSS task in the stream", fmt.Sprintf(`!!document.querySelector('tr[data-task=%s]')`, jsq(xid)))
+	// The search box: typed and submitted, it leaves the XSS task alone
+	// in the stream (found by its args), and says so in the address.
+	e.run(chromedp.SendKeys(chromedp.CSS(`input[name=q]`), "alert(1)"), chromedp.Submit(chromedp.CSS(`input[name=q]`)))
+	e.waitJS("the search's one row", fmt.Sprintf(`new URLSearchParams(location.search).get('q') === 'alert(1)' && location.pathname === %s &&
+		document.querySelectorAll('tr.task').length === 1 && !!document.querySelector('tr.task[data-task=%s]')`, jsq(e.prefix+"/tasks"), jsq(xid)))
+	e.shot("tasks-search")
+	e.nav("/tasks")
 	if n := e.dialogs.Load(); n != 0 {
 		t.Errorf("%d dialogs", n)
 	}
@@ -462,10 +611,66 @@ func testDashboardInBrowser(t *testing.T, e *dashEnv, chromium string) {
 		}
 	}
 
-	// The other pages render (and are kept as screenshots).
+	// The other pages render (and are kept as screenshots). Two countdown
+	// tasks held by each worker are unacked on its own queue: counted on
+	// Redis (kombu's unacked hash) and, through --broker-api, on RabbitMQ.
+	// Two, so that the revoked task above, unacked until its countdown
+	// and in RabbitMQ's statistics a few seconds longer, cannot pass
+	// for them.
+	held := append(e.sendN(2, "tasks.add", []any{1, 1}, 600, e.pyQ), e.sendN(2, "tasks.add", []any{1, 2}, 600, e.goQ)...)
 	e.nav("/queues")
 	e.waitJS("queues", fmt.Sprintf(`!!document.querySelector('tr.queue[data-queue=%s]')`, jsq(e.q)))
+	wantUnacked := "2"
+	if e.prefix != "" && !e.brokerAPI {
+		wantUnacked = "?"
+	}
+	for _, q := range []string{e.pyQ, e.goQ} {
+		e.waitJS("the held task unacked on "+q, fmt.Sprintf(`(document.querySelector('tr.queue[data-queue=%s] td.unacked')||{}).textContent === %s`, jsq(q), jsq(wantUnacked)))
+	}
+	e.waitJS("nothing unacked on the shared queue", fmt.Sprintf(`['0', '?'].includes((document.querySelector('tr.queue[data-queue=%s] td.unacked')||{}).textContent)`, jsq(e.q)))
 	e.shot("queues")
+	// The API reads the same samples; it is asked again while a sample
+	// taken before the page's is still the last.
+	queueLength := func() string {
+		var lengths struct {
+			ActiveQueues []struct {
+				Name     string
+				Messages *int
+				Unacked  *int `json:"messages_unacknowledged"`
+			} `json:"active_queues"`
+		}
+		e.api("/api/queues/length", &lengths)
+		for _, q := range lengths.ActiveQueues {
+			if q.Name == e.pyQ {
+				return "messages " + mustJSON(q.Messages) + ", messages_unacknowledged " + mustJSON(q.Unacked)
+			}
+		}
+		return "not listed"
+	}
+	want := "messages 0, messages_unacknowledged 2"
+	if wantUnacked == "?" {
+		want = "messages 0, messages_unacknowledged null"
+	}
+	for i := 0; ; i++ {
+		got := queueLength()
+		if got == want {
+			if i > 0 {
+				t.Logf("/api/queues/length agreed with the page after %d more request(s)", i)
+			}
+			break
+		}
+		if i == 50 {
+			t.Errorf("/api/queues/length for %s: %s, want %s", e.pyQ, got, want)
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Revoked through the API, so that no worker runs them later.
+	for _, hid := range held {
+		if code, body := e.fetch("POST", e.prefix+"/api/task/revoke/"+hid); code != 200 || !strings.Contains(body, "Revoked") {
+			t.Errorf("POST /api/task/revoke/%s: %d %s", hid, code, body)
+		}
+	}
 	e.nav("/stats")
 	e.waitJS("plots", `document.querySelectorAll('svg.plot').length > 0`)
 	e.shot("stats")
@@ -492,7 +697,7 @@ func testDashboardInBrowser(t *testing.T, e *dashEnv, chromium string) {
 	}
 	e.shot("shutdown-confirm")
 	e.click(`#cancel-shutdown`)
-	e.waitJS("the celeriac worker still online after cancelling", fmt.Sprintf(`location.pathname === '/workers' && (document.querySelector('tr[data-worker=%s]')||{}).textContent?.includes('online') === true`, jsq(e.goNode)))
+	e.waitJS("the celeriac worker still online after cancelling", fmt.Sprintf(`location.pathname === %s && (document.querySelector('tr[data-worker=%s]')||{}).textContent?.includes('online') === true`, jsq(e.prefix+"/workers"), jsq(e.goNode)))
 
 	// Reading works without JavaScript: a tab with scripts disabled gets
 	// the same stream, rendered by the server.
@@ -519,6 +724,36 @@ func testDashboardInBrowser(t *testing.T, e *dashEnv, chromium string) {
 	if !strings.Contains(html, `data-task="`+id+`"`) || !strings.Contains(html, `<span id="live-state">static</span>`) {
 		t.Errorf("the tasks page without JavaScript:\n%s", html)
 	}
+}
+
+// rabbitAPIURL is RabbitMQ's management API next to the AMQP broker
+// ($CELERIAC_RABBITMQ_API_URL, else port 15672 of its host, the broker's
+// credentials), "" when it does not answer: the dashboard then runs
+// without --broker-api and shows unacked counts as unknown.
+func rabbitAPIURL(t *testing.T, amqpURL string) string {
+	t.Helper()
+	api := os.Getenv("CELERIAC_RABBITMQ_API_URL")
+	if api == "" {
+		u, err := url.Parse(amqpURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		api = "http://" + net.JoinHostPort(u.Hostname(), "15672") + "/api/"
+	}
+	u, err := url.Parse(api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.DialTimeout("tcp", u.Host, 3*time.Second)
+	if err != nil {
+		if requireBrokers() {
+			t.Fatalf("RabbitMQ's management API does not answer at %s (rabbitmq-plugins enable rabbitmq_management; .ci/setup does): %v", u.Redacted(), err)
+		}
+		t.Logf("RabbitMQ's management API does not answer at %s: unacked counts unknown", u.Redacted())
+		return ""
+	}
+	c.Close()
+	return api
 }
 
 // deadCount reads the Go queue's dead letters from the broker itself.

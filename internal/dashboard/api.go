@@ -221,9 +221,17 @@ func (d *Dashboard) apiTaskResult(w http.ResponseWriter, r *http.Request) {
 func (d *Dashboard) apiQueues(w http.ResponseWriter, r *http.Request) {
 	var list []map[string]any
 	for _, s := range d.queues(r.Context()) {
-		q := map[string]any{"name": s.Name, "messages": s.Depth}
-		if s.Err != "" {
-			q["messages"], q["error"] = nil, s.Err
+		// messages_ready and messages_unacknowledged are the names of
+		// RabbitMQ's management API, which Flower's answer passes on.
+		q := map[string]any{"name": s.Name, "messages": s.Depth, "messages_ready": s.Depth}
+		switch {
+		case s.Err != "":
+			q["messages"], q["messages_ready"], q["error"] = nil, nil, s.Err
+		case s.Unacked >= 0:
+			q["messages_unacknowledged"] = s.Unacked
+			if s.UnackedAtLeast {
+				q["messages_unacknowledged_at_least"] = true
+			}
 		}
 		if s.Consumers >= 0 {
 			q["consumers"] = s.Consumers
@@ -443,6 +451,12 @@ func (d *Dashboard) metrics(w http.ResponseWriter, r *http.Request) {
 	for _, n := range names {
 		if s := d.samples[n]; s.Err == "" {
 			fmt.Fprintf(&b, "celeriac_dashboard_queue_messages{queue=\"%s\"} %d\n", promLabel(n), s.Depth)
+		}
+	}
+	b.WriteString("# HELP celeriac_dashboard_queue_unacked Messages delivered and not yet acknowledged per queue at the last sample, where the broker counts them (a lower bound on Redis when the count reached its bound).\n# TYPE celeriac_dashboard_queue_unacked gauge\n")
+	for _, n := range names {
+		if s := d.samples[n]; s.Err == "" && s.Unacked >= 0 {
+			fmt.Fprintf(&b, "celeriac_dashboard_queue_unacked{queue=\"%s\"} %d\n", promLabel(n), s.Unacked)
 		}
 	}
 	d.qmu.Unlock()

@@ -73,7 +73,7 @@ func TestAPIReads(t *testing.T) {
 	if code, _ := e.request("GET", "/api/task/info/nope", "", bearer); code != http.StatusNotFound {
 		t.Errorf("/api/task/info/nope: %d", code)
 	}
-	if code, body := e.request("GET", "/api/queues/length", "", bearer); code != 200 || !strings.Contains(body, `{"messages":0,"name":"q1"}`) {
+	if code, body := e.request("GET", "/api/queues/length", "", bearer); code != 200 || !strings.Contains(body, `{"messages":0,"messages_ready":0,"name":"q1"}`) {
 		t.Errorf("/api/queues/length: %d %s", code, body)
 	}
 	code, body = e.request("GET", "/metrics", "", bearer)

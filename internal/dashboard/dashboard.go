@@ -373,8 +373,15 @@ type queueSample struct {
 	HasRate     bool
 	MaxPriority int // RabbitMQ x-max-priority; -1 unknown or n/a
 	Bands       []band
-	Err         string
-	at          time.Time
+	// Unacked, UnackedAtLeast, UnackedErr, PublishRate, AckRate and
+	// HasRates are QueueDetail's.
+	Unacked              int
+	UnackedAtLeast       bool
+	UnackedErr           string
+	PublishRate, AckRate float64
+	HasRates             bool
+	Err                  string
+	at                   time.Time
 }
 
 type band struct{ Priority, Len int }
@@ -394,6 +401,32 @@ type QueueDetail struct {
 	Consumers   int // -1 unknown
 	MaxPriority int // -1 unknown or not applicable
 	Bands       []QueueBand
+	// Unacked counts the messages delivered to consumers and not yet
+	// acknowledged (-1 unknown, UnackedErr says why): running acks_late
+	// tasks, and those prefetched. With UnackedAtLeast it is a lower
+	// bound: the count stopped at its bound.
+	Unacked        int
+	UnackedAtLeast bool
+	UnackedErr     string
+	// PublishRate and AckRate are messages per second in and
+	// acknowledged, when the broker says (HasRates).
+	PublishRate, AckRate float64
+	HasRates             bool
+}
+
+// UnackedCounter is implemented by a QueueInspector that counts the
+// unacknowledged messages of every queue in one pass, as Redis keeps them
+// in one hash for all: the dashboard asks it once per sample, and its
+// counts replace Inspect's.
+type UnackedCounter interface {
+	CountUnacked(ctx context.Context) (UnackedCounts, error)
+}
+
+// UnackedCounts are an UnackedCounter's answer: by queue (a queue it does
+// not name has none), and whether they are lower bounds.
+type UnackedCounts struct {
+	ByQueue map[string]int
+	AtLeast bool
 }
 
 // QueueBand is one Redis priority band.
@@ -403,8 +436,20 @@ func (d *Dashboard) sampleQueues(ctx context.Context) []queueSample {
 	names := d.queueNames()
 	now := time.Now()
 	out := make([]queueSample, 0, len(names))
+	var counts *UnackedCounts
+	countErr := ""
+	if uc, ok := d.o.Inspector.(UnackedCounter); ok && len(names) > 0 {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		c, err := uc.CountUnacked(cctx)
+		cancel()
+		if err != nil {
+			countErr = clip(err.Error(), 300)
+		} else {
+			counts = &c
+		}
+	}
 	for _, q := range names {
-		s := queueSample{Name: q, Consumers: -1, MaxPriority: -1, at: now}
+		s := queueSample{Name: q, Consumers: -1, MaxPriority: -1, Unacked: -1, at: now}
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		admin, isAdmin := d.o.Transport.(transport.Admin)
 		switch {
@@ -417,6 +462,14 @@ func (d *Dashboard) sampleQueues(ctx context.Context) []queueSample {
 			s.Depth, s.Consumers, s.MaxPriority = det.Depth, det.Consumers, det.MaxPriority
 			for _, b := range det.Bands {
 				s.Bands = append(s.Bands, band(b))
+			}
+			s.Unacked, s.UnackedAtLeast, s.UnackedErr = det.Unacked, det.UnackedAtLeast, clip(det.UnackedErr, 300)
+			s.PublishRate, s.AckRate, s.HasRates = det.PublishRate, det.AckRate, det.HasRates
+			switch {
+			case counts != nil:
+				s.Unacked, s.UnackedAtLeast, s.UnackedErr = counts.ByQueue[q], counts.AtLeast, ""
+			case countErr != "":
+				s.Unacked, s.UnackedAtLeast, s.UnackedErr = -1, false, countErr
 			}
 		case isAdmin:
 			n, err := admin.Len(cctx, q)

@@ -1159,3 +1159,62 @@ func (c *countingControl) Call(ctx context.Context, method string, args map[stri
 	c.calls.Add(1)
 	return c.workerControl.Call(ctx, method, args, o)
 }
+
+// countingInspector is a fakeInspector that also counts unacked messages
+// in one pass, as the Redis adapter does.
+type countingInspector struct {
+	fakeInspector
+	counts UnackedCounts
+	err    error
+}
+
+func (c countingInspector) CountUnacked(context.Context) (UnackedCounts, error) {
+	return c.counts, c.err
+}
+
+// TestQueuesUnacked: the unacked column and /api/queues/length show the
+// inspector's count, a lower bound as "≥N", and an unknown one as "?" with
+// the reason, never as 0; a one-pass counter's counts replace Inspect's.
+func TestQueuesUnacked(t *testing.T) {
+	insp := fakeInspector{
+		"q1":     {Depth: 1, Consumers: 2, Unacked: 3, PublishRate: 1.5, AckRate: 0.25, HasRates: true},
+		"nomgmt": {Depth: 2, Consumers: 1, Unacked: -1},
+		"failed": {Depth: 2, Consumers: 1, Unacked: -1, UnackedErr: "management API <x>: 401 Unauthorized"},
+	}
+	e := newEnv(t, Options{RefreshEvery: time.Millisecond, Queues: []string{"nomgmt", "failed"}, Inspector: insp})
+	_, body := e.get(e.client(), "/queues")
+	for _, want := range []string{`<td class="unacked">3</td>`, "1.50/s / 0.25/s", "give --broker-api", "401 Unauthorized", "management API &lt;x&gt;"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("queues page lacks %q:\n%s", want, body)
+		}
+	}
+	if n := strings.Count(body, `<td class="unacked"><span class="unknown"`); n != 2 {
+		t.Errorf("%d unknown unacked counts, want 2:\n%s", n, body)
+	}
+	_, body = e.get(e.client(), "/api/queues/length")
+	for _, want := range []string{`{"consumers":2,"messages":1,"messages_ready":1,"messages_unacknowledged":3,"name":"q1"}`, `{"consumers":1,"messages":2,"messages_ready":2,"name":"nomgmt"}`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/api/queues/length lacks %s:\n%s", want, body)
+		}
+	}
+
+	_, body = e.get(e.client(), "/metrics")
+	if !strings.Contains(body, `celeriac_dashboard_queue_unacked{queue="q1"} 3`) || strings.Contains(body, `celeriac_dashboard_queue_unacked{queue="nomgmt"}`) {
+		t.Errorf("/metrics:\n%s", body)
+	}
+
+	e = newEnv(t, Options{RefreshEvery: time.Millisecond, Queues: []string{"nomgmt"}, Inspector: countingInspector{
+		fakeInspector: insp, counts: UnackedCounts{ByQueue: map[string]int{"q1": 1000, "other": 5}, AtLeast: true}}})
+	_, body = e.get(e.client(), "/queues")
+	if !strings.Contains(body, "≥1000</span>") || !strings.Contains(body, "≥0</span>") {
+		t.Errorf("lower bounds not marked:\n%s", body)
+	}
+	_, body = e.get(e.client(), "/api/queues/length")
+	if !strings.Contains(body, `"messages_unacknowledged":1000,"messages_unacknowledged_at_least":true`) {
+		t.Errorf("/api/queues/length: %s", body)
+	}
+	e = newEnv(t, Options{RefreshEvery: time.Millisecond, Inspector: countingInspector{fakeInspector: insp, err: fmt.Errorf("redis: unacked: <boom>")}})
+	if _, body = e.get(e.client(), "/queues"); !strings.Contains(body, `title="redis: unacked: &lt;boom&gt;">?</span>`) {
+		t.Errorf("count error not shown:\n%s", body)
+	}
+}

@@ -53,4 +53,9 @@ def flaky(self, failures):
     return "succeeded after %d retries" % self.request.retries
 
 
+@app.task(name="tasks.tsum")
+def tsum(numbers):
+    return sum(numbers)
+
+
 nope = app.signature("tasks.nope")
