@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 // TestParseRabbitQueue: the counts and rates RabbitMQ's management API
@@ -124,6 +126,7 @@ func FuzzParseRabbitQueue(f *testing.F) {
 	f.Add([]byte(`{"consumers":1e300}`))
 	f.Add([]byte(`{"message_stats":{"ack_details":{"rate":-1e308}}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		defer fuzzwatch.Watch(t, b)()
 		q, err := parseRabbitQueue(b)
 		if err != nil {
 			return
