@@ -374,6 +374,13 @@ func cdKnown(n *cnode, fleet, py, pmsg, gor string, pe, ge map[string]string) st
 		// Celery's chord.freeze refuses the canvas before sending anything
 		// ("Recursive result parents" on some task trees).
 		return "celery/celery#8890"
+	case goOK && !strings.HasPrefix(py, "error:") && groupGroupChain(n):
+		// Celery's chain(group, group, chain(...)) reduces with |: group |
+		// group is chord(group, body=group), and the rest rides on that
+		// body group, whose every member runs it on its own; the Go client
+		// upgrades as prepare_steps, running the rest once on both
+		// groups' results.
+		return "celery/celery#5958"
 	case n.T == "group" && py == "error: TIMEOUT" && goOK && sameEffects:
 		// Every task ran, with the same results, but the GroupResult of a
 		// group holding a chord whose body is (or continues as) a chain
@@ -387,6 +394,25 @@ func cdKnown(n *cnode, fleet, py, pmsg, gor string, pe, ge map[string]string) st
 		return "Celery hangs on its own canvas (pure Celery run)"
 	}
 	return ""
+}
+
+// groupGroupChain reports whether n holds a chain whose first two steps are
+// groups, the first of several members (Celery's chain() unrolls a
+// one-member group), and whose third is a chain: the shape Celery's
+// chain() turns into chord(group, body=group) followed by the rest.
+func groupGroupChain(n *cnode) bool {
+	if n == nil {
+		return false
+	}
+	if n.T == "chain" && len(n.C) >= 3 && n.C[0].T == "group" && len(n.C[0].C) >= 2 && n.C[1].T == "group" && n.C[2].T == "chain" {
+		return true
+	}
+	for _, c := range n.C {
+		if groupGroupChain(c) {
+			return true
+		}
+	}
+	return groupGroupChain(n.B)
 }
 
 // TestCanvasDifferential: random canvases built by Celery in Python and by
