@@ -279,12 +279,19 @@ func startPyDriver(t *testing.T, env map[string]string) *pyDriver {
 // cdTimeout bounds how long either side waits for a canvas's result.
 const cdTimeout = 20 * time.Second
 
+// cdDBTimeout is cdTimeout on db+postgresql, where every chord waits for
+// celery.chord_unlock, sent a second late and polling every second: the
+// canvas of seed 25030119, about ten chords one after another, takes 17 s
+// (Go-built) and 21 s (Python-built) on the Python fleet with nothing
+// else running, so a 20 s bound timed out whichever side was slower.
+const cdDBTimeout = 60 * time.Second
+
 // run applies n and returns its result (or "error: <type>") and, for an
 // error, its message.
-func (d *pyDriver) run(n *cnode, run string, queues [2]string) (string, string) {
+func (d *pyDriver) run(n *cnode, run string, queues [2]string, timeout time.Duration) (string, string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	req := map[string]any{"canvas": n, "run": run, "queues": queues[:], "timeout": cdTimeout.Seconds()}
+	req := map[string]any{"canvas": n, "run": run, "queues": queues[:], "timeout": timeout.Seconds()}
 	if err := d.in.Encode(req); err != nil {
 		return "error: " + err.Error(), ""
 	}
@@ -518,6 +525,10 @@ func TestCanvasDifferential(t *testing.T) {
 			for range drivers {
 				ds = append(ds, startPyDriver(t, pyEnvs))
 			}
+			timeout := cdTimeout
+			if cell.backend == "db" {
+				timeout = cdDBTimeout
+			}
 			o := genOptions{depth: 4, chords: cell.backend != "rpc", failures: os.Getenv("CELERIAC_CANVAS_FAILURES") == "1"}
 			var wg sync.WaitGroup
 			var mu sync.Mutex
@@ -536,11 +547,11 @@ func TestCanvasDifferential(t *testing.T) {
 					var g, gmsg string
 					var gdone sync.WaitGroup
 					gdone.Go(func() {
-						ctx, cancel := context.WithTimeout(t.Context(), cdTimeout)
+						ctx, cancel := context.WithTimeout(t.Context(), timeout)
 						defer cancel()
 						g, gmsg = goRun(ctx, c, n, grun, queues)
 					})
-					p, pmsg := d.run(n, prun, queues)
+					p, pmsg := d.run(n, prun, queues, timeout)
 					gdone.Wait()
 					pe, ge := cdEffects(t.Context(), effects, prun), cdEffects(t.Context(), effects, grun)
 					mu.Lock()
