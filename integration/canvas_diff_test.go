@@ -503,14 +503,25 @@ func TestCanvasDifferential(t *testing.T) {
 			pyEnvs := map[string]string{"IT_BROKER": pyBrokerURL(bc.broker), "IT_BACKEND": bc.backend,
 				"IT_QUEUE": queues[0], "IT_EFFECTS": effectsURL}
 			goQueues := queues[:]
+			pool := []string{"-P", "threads", "-c", "10"}
+			if cell.backend == "db" {
+				// Celery's chord_unlock lifts the "never call get() in a
+				// task" guard with allow_join_result, which saves and
+				// restores one process-wide flag: two chord_unlocks in
+				// threads of one process can restore it under each
+				// other, and the chord fails with that RuntimeError
+				// (seeds 25050111, 25050125). Worker processes have a
+				// flag each.
+				pool = []string{"-P", "prefork", "-c", "4"}
+			}
 			switch cell.fleet {
 			case "python":
-				startPythonWorker(t, pyEnvs, "it_client_app", "-Q", queues[0]+","+queues[1], "-P", "threads", "-c", "10",
-					"-n", "py-"+queues[0]+"@%h", "--without-mingle", "--without-gossip")
+				startPythonWorker(t, pyEnvs, "it_client_app", append([]string{"-Q", queues[0] + "," + queues[1],
+					"-n", "py-" + queues[0] + "@%h", "--without-mingle", "--without-gossip"}, pool...)...)
 				goQueues = nil
 			case "mixed":
-				startPythonWorker(t, pyEnvs, "it_client_app", "-Q", queues[0], "-P", "threads", "-c", "10",
-					"-n", "py-"+queues[0]+"@%h", "--without-mingle", "--without-gossip")
+				startPythonWorker(t, pyEnvs, "it_client_app", append([]string{"-Q", queues[0],
+					"-n", "py-" + queues[0] + "@%h", "--without-mingle", "--without-gossip"}, pool...)...)
 				goQueues = queues[1:]
 			}
 			if goQueues != nil {
