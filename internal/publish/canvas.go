@@ -218,6 +218,17 @@ func (a *Applier) applyGroup(sig protocol.Signature, extra []any, c Call) ([]str
 	if gid == "" {
 		gid = protocol.NewID()
 	}
+	if !c.HasChain {
+		// A group that is a chord's body carries the rest of the enclosing
+		// chain as its chain option: Celery's chain(group, group, chain(...))
+		// builds chord(group, body=group) followed by the rest
+		// (celery/celery#5958). group.apply_async merges its own options
+		// into every member's, so each member runs the rest on its own;
+		// dropping it would leave the canvas without a result.
+		if more, err := SignatureList(sig.Options["chain"]); err == nil && len(more) > 0 {
+			c.Chain, c.HasChain = more, true
+		}
+	}
 	c.Options = passOn(sig.Options, c.Options)
 	var ids []string
 	for _, t := range tasks {

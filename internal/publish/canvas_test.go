@@ -372,3 +372,47 @@ func groupOf(gid string, members ...protocol.Signature) protocol.Signature {
 	return protocol.Signature{Task: "celery.group", SubtaskType: "group", Args: []any{}, Options: map[string]any{"task_id": gid},
 		Kwargs: map[string]any{"tasks": tasks}}
 }
+
+// TestGroupBodyCarriesEnclosingChain: Celery's chain(group(a, b),
+// group(c, e), chain(f, g)) is chord(group(a, b), body=group(c, e))
+// followed by f and g, which ride on the body group as its chain option
+// (celery/celery#5958). Celery's group.apply_async gives that option to
+// every member, so each continues with f then g; a worker that dropped it
+// never finished the canvas (the differential canvas tester's "link on a
+// chord header member" hang).
+func TestGroupBodyCarriesEnclosingChain(t *testing.T) {
+	var sent []*protocol.TaskMessage
+	a := &Applier{P: New(nil, Config{}), Publish: func(m *protocol.TaskMessage, _ Destination, _ *Options) error {
+		sent = append(sent, m)
+		return nil
+	}}
+	member := sig("c")
+	member.Immutable = true
+	tail := chainOf(sig("e1"), sig("e2"))
+	body := protocol.Signature{Task: "celery.group", SubtaskType: "group", Args: []any{}, Options: map[string]any{"task_id": "gid"},
+		Kwargs: map[string]any{"tasks": []any{member.Value(), tail.Value()}}}
+	body.Options["chain"] = []any{sig("g").Value(), sig("f").Value()}
+	if _, err := a.Apply(body, []any{[]any{int64(1), int64(2)}}, Call{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(sent) != 2 {
+		t.Fatalf("sent %d messages, want 2", len(sent))
+	}
+	steps := func(m *protocol.TaskMessage) []string {
+		var s []string
+		for _, x := range m.Embed.Chain {
+			s = append(s, x.Task)
+		}
+		return s
+	}
+	if got, want := steps(sent[0]), []string{"g", "f"}; sent[0].Name != "c" || !cmp.Equal(got, want) {
+		t.Errorf("first member %s carries %v, want c carrying %v", sent[0].Name, got, want)
+	}
+	// A chain member runs its own steps before the enclosing chain's.
+	if got, want := steps(sent[1]), []string{"g", "f", "e2"}; sent[1].Name != "e1" || !cmp.Equal(got, want) {
+		t.Errorf("second member %s carries %v, want e1 carrying %v", sent[1].Name, got, want)
+	}
+	if sent[0].Group != "gid" {
+		t.Errorf("c: group %q, want gid", sent[0].Group)
+	}
+}
