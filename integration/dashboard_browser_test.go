@@ -494,6 +494,24 @@ func testDashboardInBrowser(t *testing.T, e *dashEnv, chromium string) {
 	e.waitJS("the search's one row", fmt.Sprintf(`new URLSearchParams(location.search).get('q') === 'alert(1)' && location.pathname === %s &&
 		document.querySelectorAll('tr.task').length === 1 && !!document.querySelector('tr.task[data-task=%s]')`, jsq(e.prefix+"/tasks"), jsq(xid)))
 	e.shot("tasks-search")
+	// A column header sorts the whole history by it, then the reverse.
+	e.nav("/tasks")
+	sortedBy := func(order string) string {
+		cmp := "<="
+		if order == "-name" {
+			cmp = ">="
+		}
+		return fmt.Sprintf(`(() => {
+			if (new URLSearchParams(location.search).get('sort') !== %s) return false;
+			const names = [...document.querySelectorAll('tr.task td:nth-child(2)')].map(td => td.textContent);
+			return names.length > 1 && names.every((n, i) => i === 0 || names[i-1] %s n) && names[0] !== names[names.length-1];
+		})()`, jsq(order), cmp)
+	}
+	e.click(`a[data-sort=name]`)
+	e.waitJS("tasks sorted by name", sortedBy("name"))
+	e.click(`a[data-sort=name]`)
+	e.waitJS("tasks sorted by name, descending", sortedBy("-name"))
+	e.shot("tasks-sorted")
 	e.nav("/tasks")
 	if n := e.dialogs.Load(); n != 0 {
 		t.Errorf("%d dialogs", n)

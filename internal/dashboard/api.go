@@ -145,7 +145,11 @@ func (d *Dashboard) apiTasks(w http.ResponseWriter, r *http.Request) {
 		}
 		offset = n
 	}
-	f := Filter{Name: q.Get("taskname"), State: q.Get("state"), Worker: q.Get("workername"), Search: clip(q.Get("search"), 256)}
+	f := Filter{Name: q.Get("taskname"), State: q.Get("state"), Worker: q.Get("workername"), Search: clip(q.Get("search"), 256), Sort: q.Get("sort_by")}
+	if !validSort(f.Sort) {
+		apiError(w, http.StatusBadRequest, "sort_by: want one of "+strings.Join(SortKeys, ", ")+", each with an optional leading -")
+		return
+	}
 	for key, dst := range map[string]*time.Time{"received_start": &f.Since, "received_end": &f.Until} {
 		if s := q.Get(key); s != "" {
 			t, err := apiTime(s)

@@ -141,3 +141,18 @@ func TestAPIWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestAPITasksSortBy: /api/tasks takes Flower's sort_by.
+func TestAPITasksSortBy(t *testing.T) {
+	e := newEnv(t, Options{AuthToken: "tok"})
+	bearer := map[string]string{"Authorization": "Bearer tok"}
+	e.d.store.Apply(at(1, ev("task-received", "t1", "name", "tasks.z")))
+	e.d.store.Apply(at(2, ev("task-received", "t2", "name", "tasks.a")))
+	var tasks map[string]map[string]any
+	if _, body := e.request("GET", "/api/tasks?sort_by=-name&limit=1", "", bearer); json.Unmarshal([]byte(body), &tasks) != nil || len(tasks) != 1 || tasks["t1"] == nil {
+		t.Errorf("sort_by=-name&limit=1: %v, want t1 (tasks.z)", tasks)
+	}
+	if code, body := e.request("GET", "/api/tasks?sort_by=args", "", bearer); code != http.StatusBadRequest || !strings.Contains(body, "sort_by") {
+		t.Errorf("sort_by=args: %d %s, want 400", code, body)
+	}
+}

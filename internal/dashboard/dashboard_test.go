@@ -1218,3 +1218,52 @@ func TestQueuesUnacked(t *testing.T) {
 		t.Errorf("count error not shown:\n%s", body)
 	}
 }
+
+// TestTasksSort: the sortable columns order the whole history (not the
+// page), toggle between ascending and descending, keep the other filters,
+// and keep newest first among equal keys; an unknown order is the default.
+func TestTasksSort(t *testing.T) {
+	e := newEnv(t, Options{})
+	s := e.d.store
+	s.Apply(at(1, ev("task-received", "t-b", "name", "tasks.b", "hostname", "w2@h")))
+	s.Apply(at(2, ev("task-received", "t-a", "name", "tasks.a", "hostname", "w1@h")))
+	s.Apply(at(3, ev("task-received", "t-c", "name", "tasks.c", "hostname", "w1@h")))
+	s.Apply(at(4, ev("task-succeeded", "t-c", "runtime", 0.5, "hostname", "w1@h")))
+	s.Apply(at(5, ev("task-succeeded", "t-a", "runtime", 2.0, "hostname", "w1@h")))
+	s.Apply(at(6, ev("task-succeeded", "t-b", "runtime", 1.0, "hostname", "w2@h")))
+	order := func(body string) string {
+		var ids []string
+		for _, part := range strings.Split(body, `<tr class="task" data-task="`)[1:] {
+			id, _, _ := strings.Cut(part, `"`)
+			ids = append(ids, id)
+		}
+		return strings.Join(ids, ",")
+	}
+	c := e.client()
+	for _, tc := range []struct{ query, want string }{
+		{"", "t-c,t-a,t-b"}, // newest first
+		{"sort=name", "t-a,t-b,t-c"},
+		{"sort=-name", "t-c,t-b,t-a"},
+		{"sort=runtime", "t-c,t-b,t-a"},
+		{"sort=-runtime", "t-a,t-b,t-c"},
+		{"sort=worker", "t-c,t-a,t-b"}, // w1 (newest first), then w2
+		{"sort=received", "t-b,t-a,t-c"},
+		{"sort=name&size=20&page=1&worker=w1", "t-a,t-c"},
+		{"sort=bogus", "t-c,t-a,t-b"},
+	} {
+		_, body := e.get(c, "/tasks?"+tc.query)
+		if got := order(body); got != tc.want {
+			t.Errorf("/tasks?%s: %s, want %s", tc.query, got, tc.want)
+		}
+	}
+	_, body := e.get(c, "/tasks?sort=name&worker=w1")
+	if !strings.Contains(body, `aria-sort="ascending"><a href="/tasks?page=1&amp;sort=-name&amp;worker=w1" data-sort="name">Name ▲</a>`) {
+		t.Errorf("the sorted column does not offer the reverse order with the filters kept:\n%s", body)
+	}
+	if !strings.Contains(body, `<a href="/tasks?page=1&amp;sort=runtime&amp;worker=w1" data-sort="runtime">Runtime</a>`) {
+		t.Errorf("another column does not offer its order:\n%s", body)
+	}
+	if tasks, total := s.Tasks(Filter{Sort: "-runtime"}, 1, 1); total != 3 || len(tasks) != 1 || tasks[0].ID != "t-b" {
+		t.Errorf("Tasks(-runtime, offset 1, limit 1) = %v, %d", tasks, total)
+	}
+}

@@ -31,6 +31,7 @@ import (
 var assets embed.FS
 
 var funcs = template.FuncMap{
+	"sortcol": sortColumn,
 	"ago": func(t time.Time) string {
 		if t.IsZero() {
 			return "-"
@@ -279,19 +280,40 @@ const pageSize = 50
 var pageSizes = []int{20, 50, 100, 200}
 
 type tasksData struct {
-	Filter     Filter
-	Since      string
-	Until      string
-	States     []string
-	Tasks      []Task
-	Total      int
-	Page       int
-	Pages      int
-	PrevURL    string
-	NextURL    string
+	Filter  Filter
+	Since   string
+	Until   string
+	States  []string
+	Tasks   []Task
+	Total   int
+	Page    int
+	Pages   int
+	PrevURL string
+	NextURL string
+	// SortURLs link each sortable column to its order: ascending, or
+	// descending when it is already ascending.
+	SortURLs   map[string]string
 	FilterOpen bool
 	Size       int
 	Sizes      []int
+}
+
+// sortCol is a sortable column header of the tasks table.
+type sortCol struct {
+	Key, Label, URL string
+	Dir             string // "asc", "desc" or "" (not the order)
+	Aria            string // aria-sort
+}
+
+func sortColumn(urls map[string]string, current, key, label string) sortCol {
+	c := sortCol{Key: key, Label: label, URL: urls[key]}
+	switch current {
+	case key:
+		c.Dir, c.Aria = "asc", "ascending"
+	case "-" + key:
+		c.Dir, c.Aria = "desc", "descending"
+	}
+	return c
 }
 
 // parseWhen reads a time filter: RFC 3339, "2006-01-02T15:04" (an HTML
@@ -317,6 +339,9 @@ func (d *Dashboard) tasksPage(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	data := tasksData{States: States, Since: q.Get("since"), Until: q.Get("until")}
 	data.Filter = Filter{Name: q.Get("name"), State: strings.ToUpper(q.Get("state")), Worker: q.Get("worker"), Search: clip(q.Get("q"), 256)}
+	if s := q.Get("sort"); validSort(s) {
+		data.Filter.Sort = s
+	}
 	size := pageSize
 	if n, err := strconv.Atoi(q.Get("size")); err == nil && slices.Contains(pageSizes, n) {
 		size = n
@@ -334,15 +359,27 @@ func (d *Dashboard) tasksPage(w http.ResponseWriter, r *http.Request) {
 	data.Page = max(data.Page, 1)
 	data.Tasks, data.Total = d.store.Tasks(data.Filter, (data.Page-1)*size, size)
 	data.Pages = max(1, (data.Total+size-1)/size)
-	link := func(p int) string {
+	linkSorted := func(p int, sort string) string {
 		v := url.Values{}
 		for _, k := range []string{"q", "name", "state", "worker", "since", "until", "size"} {
 			if s := q.Get(k); s != "" {
 				v.Set(k, s)
 			}
 		}
+		if sort != "" {
+			v.Set("sort", sort)
+		}
 		v.Set("page", strconv.Itoa(p))
 		return "/tasks?" + v.Encode()
+	}
+	link := func(p int) string { return linkSorted(p, data.Filter.Sort) }
+	data.SortURLs = map[string]string{}
+	for _, k := range SortKeys {
+		next := k
+		if data.Filter.Sort == k {
+			next = "-" + k
+		}
+		data.SortURLs[k] = linkSorted(1, next)
 	}
 	if data.Page > 1 {
 		data.PrevURL = link(data.Page - 1)

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"encoding/json"
 	"math"
 	"math/rand/v2"
@@ -595,6 +596,37 @@ type Filter struct {
 	// Search is a substring of the task's id, args, kwargs, result or
 	// exception (Flower's search box).
 	Search string
+	// Sort orders the tasks by one of SortKeys, descending with a leading
+	// "-"; ties, and "", keep newest (first seen) first.
+	Sort string
+}
+
+// SortKeys are the orders of Filter.Sort: the tasks table's columns that
+// have one.
+var SortKeys = []string{"name", "state", "worker", "received", "eta", "runtime"}
+
+// validSort reports whether s is a Filter.Sort.
+func validSort(s string) bool {
+	return s == "" || slices.Contains(SortKeys, strings.TrimPrefix(s, "-"))
+}
+
+// sortCompare compares two tasks by key (ascending).
+func sortCompare(key string, a, b *Task) int {
+	switch key {
+	case "name":
+		return strings.Compare(a.Name, b.Name)
+	case "state":
+		return strings.Compare(a.State, b.State)
+	case "worker":
+		return strings.Compare(a.Worker, b.Worker)
+	case "received":
+		return a.Received.Compare(b.Received)
+	case "eta":
+		return strings.Compare(a.ETA, b.ETA)
+	case "runtime":
+		return cmp.Compare(a.Runtime, b.Runtime)
+	}
+	return 0
 }
 
 func (f Filter) match(t *Task) bool {
@@ -625,6 +657,9 @@ func (f Filter) match(t *Task) bool {
 func (s *Store) Tasks(f Filter, offset, limit int) ([]Task, int) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	if f.Sort != "" && validSort(f.Sort) {
+		return s.sortedTasks(f, offset, limit)
+	}
 	var out []Task
 	total := 0
 	n := len(s.order)
@@ -641,6 +676,35 @@ func (s *Store) Tasks(f Filter, offset, limit int) ([]Task, int) {
 		total++
 	}
 	return out, total
+}
+
+// sortedTasks is Tasks in f.Sort's order: every match is held (as a
+// pointer, at most the store's size) and sorted, then the page copied.
+// Called with s.mu held.
+func (s *Store) sortedTasks(f Filter, offset, limit int) ([]Task, int) {
+	key, desc := strings.CutPrefix(f.Sort, "-")
+	var match []*Task
+	n := len(s.order)
+	for i := n - 1; i >= 0; i-- {
+		if t := s.tasks[s.order[(s.head+i)%n]]; t != nil && f.match(t) {
+			match = append(match, t)
+		}
+	}
+	// Stable: equal keys stay newest first.
+	slices.SortStableFunc(match, func(a, b *Task) int {
+		c := sortCompare(key, a, b)
+		if desc {
+			c = -c
+		}
+		return c
+	})
+	var out []Task
+	for i := offset; i >= 0 && i < len(match) && len(out) < limit; i++ {
+		c := *match[i]
+		c.Children = slices.Clone(match[i].Children)
+		out = append(out, c)
+	}
+	return out, len(match)
 }
 
 // WorkflowNode is a task of a workflow, at its depth under the root.
