@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -373,7 +374,9 @@ func processAlive(pid int) bool {
 	}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return true
+		// Reaped between the two looks (a killed zombie, say): gone. Any
+		// other failure to read leaves kill's answer standing.
+		return !errors.Is(err, fs.ErrNotExist) && syscall.Kill(pid, 0) == nil
 	}
 	// pid (comm) state ...: comm may hold spaces and parentheses.
 	if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -298,5 +299,20 @@ func TestMultiArgs(t *testing.T) {
 	out.Reset()
 	if code := m.run([]string{"get", "b@h", "a@h", "b@h", "-c:2", "5"}); code != 0 || out.String() != "worker -c 5 -n b@h --pidfile=/var/run/celery/b.pid --logfile=/var/log/celery/b%I.log\n" {
 		t.Errorf("get: exit %d %q", code, out.String())
+	}
+}
+
+// TestProcessAliveGone: a pid with no process is not alive, whether kill
+// or /proc says so first.
+func TestProcessAliveGone(t *testing.T) {
+	if !processAlive(os.Getpid()) {
+		t.Error("this process is not alive")
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if processAlive(cmd.Process.Pid) {
+		t.Errorf("an exited and reaped process (%d) is alive", cmd.Process.Pid)
 	}
 }
