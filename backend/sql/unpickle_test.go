@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"maps"
 	"math"
@@ -14,7 +13,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"reflect"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -24,6 +22,8 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/celeriac/celeriac/protocol"
+
+	"github.com/celeriac/celeriac/internal/fuzzwatch"
 )
 
 // pickleCase is one case of testdata/pickle_values.json, which
@@ -439,7 +439,7 @@ func FuzzDecodePickle(f *testing.F) {
 		f.Add(p)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		defer watchdog(t, data)()
+		defer fuzzwatch.WatchWithin(t, fuzzwatch.Limits{Time: fuzzMaxTime, Alloc: fuzzMaxAlloc}, data)()
 		v, err := DecodePickle(data)
 		if err != nil {
 			if v != nil {
@@ -467,37 +467,9 @@ func FuzzDecodePickle(f *testing.F) {
 	})
 }
 
-// Watchdog limits of one FuzzDecodePickle input: decoding, encoding again
-// and writing the value out.
+// Limits of one FuzzDecodePickle input (decoding, encoding again and
+// writing the value out), stricter than fuzzwatch's defaults.
 const (
 	fuzzMaxAlloc = 64 << 20
 	fuzzMaxTime  = time.Second
-	// fuzzMaxTimeSeeds is the limit when the seeds run as a plain test
-	// (go test, -race, a busy machine): it catches a hang, not a slow
-	// input, which fuzzing itself catches.
-	fuzzMaxTimeSeeds = 60 * time.Second
 )
-
-// watchdog fails a fuzz input that takes over fuzzMaxTime or allocates
-// over fuzzMaxAlloc; call the function it returns when the input is done.
-// The timer panics, since a runaway decode never returns to fail the test
-// (the fuzzer records the input that crashed the worker).
-func watchdog(t *testing.T, data []byte) func() {
-	limit := fuzzMaxTimeSeeds
-	if fl := flag.Lookup("test.fuzz"); fl != nil && fl.Value.String() != "" {
-		limit = fuzzMaxTime
-	}
-	timer := time.AfterFunc(limit, func() {
-		panic(fmt.Sprintf("FuzzDecodePickle: an input of %d bytes ran over %v: %.64x", len(data), limit, data))
-	})
-	var before runtime.MemStats
-	runtime.ReadMemStats(&before)
-	return func() {
-		timer.Stop()
-		var after runtime.MemStats
-		runtime.ReadMemStats(&after)
-		if n := after.TotalAlloc - before.TotalAlloc; n > fuzzMaxAlloc {
-			t.Errorf("an input of %d bytes (%.64x) allocated %d MiB, over %d MiB", len(data), data, n>>20, fuzzMaxAlloc>>20)
-		}
-	}
-}

@@ -5,6 +5,7 @@
 package fuzzwatch
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"runtime/metrics"
@@ -39,9 +40,24 @@ const (
 //	})
 func Watch(t testing.TB, input ...any) (done func()) {
 	t.Helper()
-	limit := MaxTimeSeeds
+	return WatchWithin(t, Limits{}, input...)
+}
+
+// Limits are a target's own bounds, stricter than the defaults; a zero
+// field takes the default (MaxTime, MaxTimeSeeds, MaxAlloc).
+type Limits struct {
+	Time, TimeSeeds time.Duration
+	Alloc           uint64
+}
+
+// WatchWithin is Watch with a target's own limits.
+func WatchWithin(t testing.TB, l Limits, input ...any) (done func()) {
+	t.Helper()
+	l.Time, l.TimeSeeds = cmp.Or(l.Time, MaxTime), cmp.Or(l.TimeSeeds, MaxTimeSeeds)
+	l.Alloc = cmp.Or(l.Alloc, MaxAlloc)
+	limit := l.TimeSeeds
 	if fl := flag.Lookup("test.fuzz"); fl != nil && fl.Value.String() != "" {
-		limit = MaxTime
+		limit = l.Time
 	}
 	name := t.Name()
 	timer := time.AfterFunc(limit, func() {
@@ -50,8 +66,8 @@ func Watch(t testing.TB, input ...any) (done func()) {
 	before := allocated()
 	return func() {
 		timer.Stop()
-		if n := allocated() - before; n > MaxAlloc {
-			t.Errorf("an input allocated %d MiB, over %d MiB: %s", n>>20, MaxAlloc>>20, describe(input))
+		if n := allocated() - before; n > l.Alloc {
+			t.Errorf("an input allocated %d MiB, over %d MiB: %s", n>>20, l.Alloc>>20, describe(input))
 		}
 	}
 }

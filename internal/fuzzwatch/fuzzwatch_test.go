@@ -43,3 +43,13 @@ func TestDescribe(t *testing.T) {
 		t.Errorf("describe = %s\nwant %s", got, want)
 	}
 }
+
+func TestWatchWithinOwnLimit(t *testing.T) {
+	r := &recorder{TB: t}
+	done := WatchWithin(r, Limits{Alloc: 1 << 20}, "x")
+	sink = make([]byte, 2<<20)
+	done()
+	if len(r.errs) != 1 || !strings.Contains(r.errs[0], "over 1 MiB") {
+		t.Errorf("errors = %q; want one over the 1 MiB limit", r.errs)
+	}
+}
