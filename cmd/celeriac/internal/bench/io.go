@@ -496,9 +496,6 @@ type ioEnv struct {
 	brokerURL string
 	pyDir     string
 	rows      *ioRows // with IOOptions.PostgresURL
-	// PostgreSQL's CPU at the start of the last drain, and per task over
-	// it.
-	pgCPU0, pgCPU time.Duration
 }
 
 // maxPGConns bounds each worker process's PostgreSQL connections.
@@ -640,50 +637,60 @@ func (e *ioEnv) warm(ctx context.Context, p *ioProcs, n int) error {
 	return nil
 }
 
-// drain publishes n tasks at once and waits until they ran: the
-// throughput, the processes' CPU per task and Redis' CPU per task.
-func (e *ioEnv) drain(ctx context.Context, p *ioProcs, n int) (tput float64, cpu, redis time.Duration, err error) {
+// drainFigures are a drain's throughput and costs per task.
+type drainFigures struct {
+	throughput           float64
+	cpu, redis, postgres time.Duration // postgres: with IOOptions.PostgresURL
+}
+
+// drain publishes n tasks at once and waits until they ran (and, with
+// PostgreSQL, wrote their rows).
+func (e *ioEnv) drain(ctx context.Context, p *ioProcs, n int) (drainFigures, error) {
+	var d drainFigures
 	e.srv.reset("drain")
+	var pg0 time.Duration
 	if e.rows != nil {
 		if err := e.rows.empty(ctx); err != nil {
-			return 0, 0, 0, err
+			return drainFigures{}, err
 		}
-		e.pgCPU0, _ = postgresCPU()
+		pg0, _ = postgresCPU()
 	}
 	cpu0, redis0 := p.cpu(), redisCPU(ctx, e.rdb)
 	start := time.Now()
 	if _, err := publishN(ctx, e.pub, e.srv, "drain", n, nil, false); err != nil {
-		return 0, 0, 0, fmt.Errorf("publish: %w", err)
+		return drainFigures{}, fmt.Errorf("publish: %w", err)
 	}
 	if err := waitCount(e.srv, n, e.o.Timeout, p.exited); err != nil {
-		return 0, 0, 0, fmt.Errorf("drain: %w", err)
+		return drainFigures{}, fmt.Errorf("drain: %w", err)
 	}
 	elapsed := time.Since(start)
 	cpu1, redis1 := p.cpu(), redisCPU(ctx, e.rdb)
+	d.throughput, d.cpu = float64(n)/elapsed.Seconds(), (cpu1-cpu0)/time.Duration(n)
 	if redis0 >= 0 && redis1 >= redis0 {
-		redis = (redis1 - redis0) / time.Duration(n)
+		d.redis = (redis1 - redis0) / time.Duration(n)
 	}
 	if e.rows != nil {
-		pg1, _ := postgresCPU()
-		e.pgCPU = (pg1 - e.pgCPU0) / time.Duration(n)
 		// A task answers the server before it writes its row: wait for
-		// the rows, so that none is missing unnoticed.
+		// the rows, so that none is missing unnoticed (and their writes
+		// are in PostgreSQL's CPU).
 		deadline := time.Now().Add(time.Minute)
 		for {
 			got, err := e.rows.count(ctx)
 			if err != nil {
-				return 0, 0, 0, err
+				return drainFigures{}, err
 			}
 			if got >= n {
 				break
 			}
 			if time.Now().After(deadline) {
-				return 0, 0, 0, fmt.Errorf("%d of %d rows written to PostgreSQL", got, n)
+				return drainFigures{}, fmt.Errorf("%d of %d rows written to PostgreSQL", got, n)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+		pg1, _ := postgresCPU()
+		d.postgres = (pg1 - pg0) / time.Duration(n)
 	}
-	return float64(n) / elapsed.Seconds(), (cpu1 - cpu0) / time.Duration(n), redis, nil
+	return d, nil
 }
 
 // runFleet drains w's tasks with procs processes of it.
@@ -702,7 +709,8 @@ func (e *ioEnv) runFleet(ctx context.Context, w IOWorker, procs int) (f IOFleet)
 		f.Err = fmt.Sprintf("%v\n%s", err, p.log())
 		return f
 	}
-	f.Throughput, f.CPUPerTask, f.RedisCPU, err = e.drain(ctx, p, f.N)
+	d, err := e.drain(ctx, p, f.N)
+	f.Throughput, f.CPUPerTask, f.RedisCPU = d.throughput, d.cpu, d.redis
 	if err != nil {
 		f.Err = fmt.Sprintf("%v\n%s", err, p.log())
 	}
@@ -734,11 +742,11 @@ func (e *ioEnv) runWorker(ctx context.Context, w IOWorker) (res IOResult) {
 		n = w.N
 	}
 	res.N = n
-	res.Throughput, res.CPUPerTask, res.RedisCPU, err = e.drain(ctx, p, n)
+	d, err := e.drain(ctx, p, n)
 	if err != nil {
 		return failed(err)
 	}
-	res.PostgresCPU = e.pgCPU
+	res.Throughput, res.CPUPerTask, res.RedisCPU, res.PostgresCPU = d.throughput, d.cpu, d.redis, d.postgres
 	var waits, e2es []time.Duration
 	for _, h := range srv.hits() {
 		waits, e2es = append(waits, h.wait), append(e2es, h.e2e)

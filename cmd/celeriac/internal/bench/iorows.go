@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net/url"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,28 +24,12 @@ type ioRows struct {
 }
 
 func newIORows(ctx context.Context, admin string) (*ioRows, error) {
-	u, err := url.Parse(admin)
+	dbURL, conn, err := openBenchDatabase(ctx, admin)
 	if err != nil {
-		return nil, fmt.Errorf("postgres URL: %w", redact.Error(err))
+		return nil, err
 	}
-	c, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
-	}
+	r := &ioRows{url: dbURL, conn: conn}
 	var exists bool
-	err = c.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", benchDatabase).Scan(&exists)
-	if err == nil && !exists {
-		_, err = c.Exec(ctx, "CREATE DATABASE "+benchDatabase)
-	}
-	c.Close(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: create database %s: %w", benchDatabase, err)
-	}
-	u.Path = "/" + benchDatabase
-	r := &ioRows{url: u.String()}
-	if r.conn, err = pgx.Connect(ctx, r.url); err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
-	}
 	if err := r.conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", ioRowsTable).Scan(&exists); err != nil {
 		r.conn.Close(ctx)
 		return nil, err

@@ -45,28 +45,11 @@ type pgResults struct {
 // newPGResults connects to PostgresURL, creates benchDatabase when missing
 // and connects to it.
 func newPGResults(ctx context.Context, admin string) (*pgResults, error) {
-	u, err := url.Parse(admin)
+	dbURL, conn, err := openBenchDatabase(ctx, admin)
 	if err != nil {
-		return nil, fmt.Errorf("postgres URL: %w", redact.Error(err))
+		return nil, err
 	}
-	c, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return nil, fmt.Errorf("postgres result backend: %w", err)
-	}
-	var exists bool
-	err = c.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", benchDatabase).Scan(&exists)
-	if err == nil && !exists {
-		_, err = c.Exec(ctx, "CREATE DATABASE "+benchDatabase)
-	}
-	c.Close(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: create database %s: %w", benchDatabase, err)
-	}
-	u.Path = "/" + benchDatabase
-	p := &pgResults{url: u.String()}
-	if p.conn, err = pgx.Connect(ctx, p.url); err != nil {
-		return nil, fmt.Errorf("postgres result backend: %w", err)
-	}
+	p := &pgResults{url: dbURL, conn: conn}
 	if n, err := p.rows(ctx); err != nil || n > 0 {
 		p.conn.Close(ctx)
 		if err == nil {
@@ -75,6 +58,34 @@ func newPGResults(ctx context.Context, admin string) (*pgResults, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// openBenchDatabase creates benchDatabase on the server of admin when it is
+// missing, and connects to it: its URL and the connection.
+func openBenchDatabase(ctx context.Context, admin string) (string, *pgx.Conn, error) {
+	u, err := url.Parse(admin)
+	if err != nil {
+		return "", nil, fmt.Errorf("postgres URL: %w", redact.Error(err))
+	}
+	c, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return "", nil, fmt.Errorf("postgres: %w", err)
+	}
+	var exists bool
+	err = c.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", benchDatabase).Scan(&exists)
+	if err == nil && !exists {
+		_, err = c.Exec(ctx, "CREATE DATABASE "+benchDatabase)
+	}
+	c.Close(ctx)
+	if err != nil {
+		return "", nil, fmt.Errorf("postgres: create database %s: %w", benchDatabase, err)
+	}
+	u.Path = "/" + benchDatabase
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		return "", nil, fmt.Errorf("postgres: %w", err)
+	}
+	return u.String(), conn, nil
 }
 
 // backendURL is result_backend for Python and celeriac alike.
