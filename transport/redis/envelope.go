@@ -176,15 +176,25 @@ func unackedValue(raw []byte, exchange, routingKey string) []byte {
 	return append(b, ']')
 }
 
+// splitUnacked splits an unacked hash value into kombu's three parts:
+// message, exchange, routing key.
+func splitUnacked(v []byte) ([]json.RawMessage, error) {
+	var parts []json.RawMessage
+	if err := json.Unmarshal(v, &parts); err != nil {
+		return nil, fmt.Errorf("redis: malformed unacked entry: %w", err)
+	}
+	if len(parts) != 3 {
+		return nil, fmt.Errorf("redis: malformed unacked entry: %d elements", len(parts))
+	}
+	return parts, nil
+}
+
 // parseUnacked splits an unacked hash value into envelope, exchange and
 // routing key. A null exchange or routing key reads as "".
 func parseUnacked(v []byte) (env json.RawMessage, exchange, routingKey string, err error) {
-	var parts []json.RawMessage
-	if err := json.Unmarshal(v, &parts); err != nil {
-		return nil, "", "", fmt.Errorf("redis: malformed unacked entry: %w", err)
-	}
-	if len(parts) != 3 {
-		return nil, "", "", fmt.Errorf("redis: malformed unacked entry: %d elements", len(parts))
+	parts, err := splitUnacked(v)
+	if err != nil {
+		return nil, "", "", err
 	}
 	if _, err := editObject(parts[0]); err != nil {
 		return nil, "", "", fmt.Errorf("redis: malformed unacked entry: envelope: %v", err)

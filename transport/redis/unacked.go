@@ -101,8 +101,8 @@ func countUnacked(ctx context.Context, scan func(context.Context, uint64) ([]str
 // the value is not kombu's [message, exchange, routing key] or the key is
 // longer than any queue name the dashboard shows.
 func unackedRoutingKey(v string) string {
-	var parts []json.RawMessage
-	if json.Unmarshal([]byte(v), &parts) != nil || len(parts) != 3 {
+	parts, err := splitUnacked([]byte(v))
+	if err != nil {
 		return ""
 	}
 	var rk string
