@@ -242,41 +242,8 @@ func TestWorkerEventsFromPython(t *testing.T) {
 		node := "ev-" + bc.name + "@celeriac"
 		// The receiver listens before the worker starts, so that it sees
 		// worker-online too: Python prints LISTENING, then the worker starts.
-		script := fmt.Sprintf(`
-import threading
+		script := pyEventReceiver + fmt.Sprintf(`
 node = %q
-state = app.events.State()
-seen = []
-lock = threading.Lock()
-def on_event(ev):
-    with lock:
-        seen.append((ev["type"], ev.get("uuid") or ev.get("hostname")))
-        state.event(ev)
-stop = threading.Event()
-def capture():
-    with app.connection() as conn:
-        recv = app.events.Receiver(conn, handlers={"*": on_event})
-        recv.should_stop = False
-        def watch():
-            stop.wait()
-            recv.should_stop = True
-        threading.Thread(target=watch, daemon=True).start()
-        recv.capture(limit=None, timeout=None, wakeup=True)
-t = threading.Thread(target=capture, daemon=True)
-t.start()
-# Listening means an event sent now is seen: on Redis a fanout message
-# published before the receiver's SUBSCRIBE reaches the server is lost, and
-# a fixed sleep was too short on a loaded machine with kombu 5.6.
-with app.events.default_dispatcher(hostname="probe@it") as probe:
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        probe.send("worker-probe")
-        time.sleep(0.2)
-        with lock:
-            if any(typ == "worker-probe" for typ, _ in seen):
-                break
-    else:
-        raise SystemExit("the event receiver never saw its own probe")
 print("LISTENING", flush=True)
 def wait_for(what, cond, timeout=20):
     deadline = time.time() + timeout
@@ -442,6 +409,45 @@ print("OK")
 `)
 }
 
+// pyEventReceiver, put before a test's Python script, captures every event
+// in a thread of its own into seen ((type, uuid or hostname) -> the last
+// such event) and Celery's own State, under lock, until stop is set; it
+// returns once the receiver has seen an event of its own (worker-probe).
+const pyEventReceiver = `
+import threading
+state = app.events.State()
+seen = {}
+lock = threading.Lock()
+def on_event(ev):
+    with lock:
+        seen[(ev["type"], ev.get("uuid") or ev.get("hostname"))] = dict(ev)
+        state.event(ev)
+stop = threading.Event()
+def capture():
+    with app.connection() as conn:
+        recv = app.events.Receiver(conn, handlers={"*": on_event})
+        recv.should_stop = False
+        def watch():
+            stop.wait()
+            recv.should_stop = True
+        threading.Thread(target=watch, daemon=True).start()
+        recv.capture(limit=None, timeout=None, wakeup=True)
+threading.Thread(target=capture, daemon=True).start()
+# Listening means an event sent now is seen: on Redis a fanout message
+# published before the receiver's SUBSCRIBE reaches the server is lost, and
+# a fixed sleep was too short on a loaded machine with kombu 5.6.
+with app.events.default_dispatcher(hostname="probe@it") as probe:
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        probe.send("worker-probe")
+        time.sleep(0.2)
+        with lock:
+            if any(typ == "worker-probe" for typ, _ in seen):
+                break
+    else:
+        raise SystemExit("the event receiver never saw its own probe")
+`
+
 // TestUnknownTaskEventAsCelery: a task nobody registered, sent to a Python
 // Celery worker and to a celeriac worker, both with events on. Celery's
 // consumer (on_unknown_task) marks it FAILURE with NotRegistered and sends
@@ -456,35 +462,9 @@ func TestUnknownTaskEventAsCelery(t *testing.T) {
 		startGoWorker(t, bc, qgo, worker.Config{Concurrency: 2, Hostname: "unk-go@it", SendTaskEvents: true}, nil)
 		startPythonWorker(t, pyClientEnv(bc, qpy), "it_worker_app", "-Q", qpy, "-E", "-P", "solo",
 			"-n", "unk-py@it", "--without-gossip", "--without-mingle", "--without-heartbeat")
-		out := pyClient(t, bc, qgo, fmt.Sprintf(`
-import json, threading
+		out := pyClient(t, bc, qgo, pyEventReceiver+fmt.Sprintf(`
+import json
 queues = {"py": %q, "go": %q}
-seen = {}
-lock = threading.Lock()
-def on_event(ev):
-    with lock:
-        seen[(ev["type"], ev.get("uuid") or ev.get("hostname"))] = dict(ev)
-stop = threading.Event()
-def capture():
-    with app.connection() as conn:
-        recv = app.events.Receiver(conn, handlers={"*": on_event})
-        recv.should_stop = False
-        def watch():
-            stop.wait()
-            recv.should_stop = True
-        threading.Thread(target=watch, daemon=True).start()
-        recv.capture(limit=None, timeout=None, wakeup=True)
-threading.Thread(target=capture, daemon=True).start()
-with app.events.default_dispatcher(hostname="probe@it") as probe:
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        probe.send("worker-probe")
-        time.sleep(0.2)
-        with lock:
-            if any(typ == "worker-probe" for typ, _ in seen):
-                break
-    else:
-        raise SystemExit("the event receiver never saw its own probe")
 events = {}
 for who, q in queues.items():
     r = app.send_task("it_unknown.nope", args=(1,), queue=q)
