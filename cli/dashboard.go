@@ -7,14 +7,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
-	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -280,20 +278,9 @@ func (r redisInspector) CountUnacked(ctx context.Context) (dashboard.UnackedCoun
 // broker's credentials unless the API URL has its own.
 func rabbitAPI(apiURL, brokerURL string) (*dashboard.RabbitAPI, error) {
 	first, _, _ := strings.Cut(brokerURL, ";")
-	// Neither the URL nor amqp091's error is quoted: they may carry the
-	// password. The worker's own parsing has refused a bad URL already.
-	const bad = "the broker URL does not parse as amqp://user:password@host:port/vhost"
-	u, err := url.Parse(strings.TrimSpace(first))
+	uri, err := amqptransport.ParseURI(first)
 	if err != nil {
-		return nil, errors.New(bad)
-	}
-	switch u.Scheme {
-	case "pyamqp", "librabbitmq", "amqps":
-		u.Scheme = "amqp"
-	}
-	uri, err := amqp091.ParseURI(u.String())
-	if err != nil {
-		return nil, errors.New(bad)
+		return nil, err
 	}
 	return dashboard.NewRabbitAPI(apiURL, uri.Vhost, uri.Username, uri.Password)
 }

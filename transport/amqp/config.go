@@ -254,6 +254,19 @@ func parseURL(raw string) (brokerURL, error) {
 	return b, nil
 }
 
+// ParseURI reads one broker URL as the transport does (amqp, amqps, pyamqp
+// and librabbitmq schemes, Celery's defaults): its host, vhost and
+// credentials, for tools that reach the same broker another way (the
+// management API). An error never quotes the URL, which may carry the
+// password.
+func ParseURI(raw string) (amqp091.URI, error) {
+	b, err := parseURL(strings.TrimSpace(raw))
+	if err != nil {
+		return amqp091.URI{}, err
+	}
+	return amqp091.ParseURI(b.dial)
+}
+
 // hostProblem names what is wrong with a URL amqp091 refuses, without quoting
 // any of it.
 func hostProblem(u *url.URL) string {
