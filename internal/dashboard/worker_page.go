@@ -79,8 +79,11 @@ func (d *Dashboard) workerReplies(ctx context.Context, name string, data *worker
 	a, ok := d.asked[name]
 	d.askMu.Unlock()
 	if !ok || time.Since(a.at) >= d.o.RefreshEvery {
-		a = workerAsked{at: time.Now()}
+		a = workerAsked{}
 		d.askWorker(ctx, name, &a.data)
+		// The replies are as old as their arrival: a worker that takes its
+		// whole control timeout to answer keeps them for RefreshEvery too.
+		a.at = time.Now()
 		d.askMu.Lock()
 		if d.asked == nil || len(d.asked) >= maxAskedWorkers {
 			d.asked = map[string]workerAsked{}
