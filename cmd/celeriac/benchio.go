@@ -150,7 +150,7 @@ empty and is emptied at the end.`,
 	fl.StringVar(&o.Python, "python", "/usr/bin/python3", "interpreter with Celery")
 	fl.StringVar(&o.PythonPath, "python-path", "", "put first on PYTHONPATH for the Python workers (another Celery version)")
 	fl.StringVar(&workers, "workers", "celeriac:100,celeriac:1000,celeriac:5000,prefork:2:1000,prefork:16:2000,threads:100:1000,gevent:500:5000", "KIND[@CELERY]:CONCURRENCY[:TASKS] list (CELERY: a Python worker's Celery version, see --celery-path; TASKS: this worker's drain, default --n)")
-	fl.StringVar(&fleet, "fleet", "", "workers run again as --fleet-processes processes each (drain only): does Redis' CPU per task hold as processes are added (celeriac:1000,threads:100:1000)")
+	fl.StringVar(&fleet, "fleet", "", "workers run again as --fleet-processes processes each (a drain, then Poisson arrivals at half the one-process drain's throughput): does Redis' CPU per task hold as processes are added (celeriac:1000,threads:100:1000)")
 	fl.StringVar(&fleetProcs, "fleet-processes", "1,2,4", "process counts of --fleet")
 	fl.StringArrayVar(&celeryPaths, "celery-path", nil, "VERSION=DIR: the folder put first on PYTHONPATH for KIND@VERSION workers (default 5.5 and 5.6 from ~/.cache/celeriac, where .ci/setup unpacks them)")
 	fl.StringVar(&o.PostgresURL, "postgres", "", "PostgreSQL server (postgres://celeriac:celeriac@127.0.0.1:5432/celeriac, as .ci/setup makes it): every task also INSERTs a row into the table bench_io_rows of its database celeriac_bench")

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -222,7 +223,22 @@ type IOFleet struct {
 	Throughput float64
 	CPUPerTask time.Duration // all the processes'
 	RedisCPU   time.Duration
-	Err        string
+	// Rate is the open-loop arrival rate every process count of the
+	// worker serves (half the one-process drain's throughput), and Load the
+	// figures there: unlike the drain, which saturates the machine's cores
+	// once processes are added, it shows the broker's cost per task of a
+	// fleet sharing a fixed load.
+	Rate float64
+	Load IOFleetLoad
+	Err  string
+}
+
+// IOFleetLoad is a fleet's open-loop leg.
+type IOFleetLoad struct {
+	N          int
+	CPUPerTask time.Duration
+	RedisCPU   time.Duration
+	E2E        Percentiles
 }
 
 // IOReport is a run of the I/O benchmark, for WriteIOReport and
@@ -422,9 +438,13 @@ func runIO(ctx context.Context, o *IOOptions, rep *IOReport) ([]IOResult, []IOFl
 	}
 	var fleet []IOFleet
 	for _, w := range o.Fleet {
+		rate := 0.0
 		for _, p := range o.FleetProcesses {
 			fmt.Fprintf(o.Log, "bench io: fleet of %d × %s\n", p, w)
-			f := env.runFleet(ctx, w, p)
+			f := env.runFleet(ctx, w, p, rate)
+			if rate == 0 {
+				rate = f.Rate
+			}
 			if f.Err != "" {
 				fmt.Fprintf(o.Log, "bench io: fleet of %d × %s: %s\n", p, w, f.Err)
 			}
@@ -537,6 +557,13 @@ func (e *ioEnv) start(w IOWorker, n int, tag string) (*ioProcs, error) {
 				cmd.Args = append(cmd.Args, "--postgres", e.rows.url)
 			}
 			cmd.Env = childEnv()
+			if n > 1 {
+				// Each process of a fleet gets its share of the cores, as
+				// in a container with a CPU limit (which Go's GOMAXPROCS
+				// follows): n runtimes sized for every core would spin
+				// against each other on this one machine.
+				cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(max(1, runtime.NumCPU()/n)))
+			}
 		} else {
 			cmd = exec.Command(o.Python, "-m", "celery", "-A", "benchio", "worker", "-P", w.Kind, "-c", strconv.Itoa(w.Concurrency),
 				"-Q", ioQueue, "-l", "warning", "--without-gossip", "--without-mingle", "--without-heartbeat",
@@ -693,8 +720,9 @@ func (e *ioEnv) drain(ctx context.Context, p *ioProcs, n int) (drainFigures, err
 	return d, nil
 }
 
-// runFleet drains w's tasks with procs processes of it.
-func (e *ioEnv) runFleet(ctx context.Context, w IOWorker, procs int) (f IOFleet) {
+// runFleet drains w's tasks with procs processes of it, then serves
+// open-loop arrivals at rate (0: half the drain's throughput).
+func (e *ioEnv) runFleet(ctx context.Context, w IOWorker, procs int, rate float64) (f IOFleet) {
 	f = IOFleet{Worker: w, Processes: procs, N: e.o.N}
 	if w.N > 0 {
 		f.N = w.N
@@ -713,9 +741,51 @@ func (e *ioEnv) runFleet(ctx context.Context, w IOWorker, procs int) (f IOFleet)
 	f.Throughput, f.CPUPerTask, f.RedisCPU = d.throughput, d.cpu, d.redis
 	if err != nil {
 		f.Err = fmt.Sprintf("%v\n%s", err, p.log())
+		return f
 	}
-	fmt.Fprintf(e.o.Log, "bench io: fleet of %d × %s: %.0f tasks/s, Redis %.1f µs per task\n", procs, w, f.Throughput, float64(f.RedisCPU.Nanoseconds())/1e3)
+	fmt.Fprintf(e.o.Log, "bench io: fleet of %d × %s: %.0f tasks/s, Redis %.1f µs per task\n", procs, w, f.Throughput, us(f.RedisCPU))
+	waitIdle(ctx, e.rdb, 30*time.Second)
+	f.Rate = rate
+	if f.Rate == 0 {
+		f.Rate = f.Throughput / 2
+	}
+	if f.Load, err = e.openLoop(ctx, p, f.Rate); err != nil {
+		f.Err = fmt.Sprintf("%v\n%s", err, p.log())
+		return f
+	}
+	fmt.Fprintf(e.o.Log, "bench io: fleet of %d × %s at %.0f/s: Redis %.1f µs per task, e2e p99 %v\n", procs, w, f.Rate, us(f.Load.RedisCPU), f.Load.E2E.P99)
 	return f
+}
+
+// openLoop serves Poisson arrivals at rate for IOOptions.LoadFor and
+// measures the costs per task.
+func (e *ioEnv) openLoop(ctx context.Context, p *ioProcs, rate float64) (IOFleetLoad, error) {
+	var l IOFleetLoad
+	l.N = max(1, int(rate*e.o.LoadFor.Seconds()))
+	rng := rand.New(rand.NewPCG(e.o.Seed, uint64(l.N)))
+	gaps := make([]time.Duration, l.N)
+	for i := range gaps {
+		gaps[i] = time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+	}
+	e.srv.reset("fleetload")
+	cpu0, redis0 := p.cpu(), redisCPU(ctx, e.rdb)
+	if _, err := publishN(ctx, e.pub, e.srv, "fleetload", l.N, gaps, false); err != nil {
+		return l, fmt.Errorf("publish: %w", err)
+	}
+	if err := waitCount(e.srv, l.N, e.o.Timeout, p.exited); err != nil {
+		return l, err
+	}
+	cpu1, redis1 := p.cpu(), redisCPU(ctx, e.rdb)
+	l.CPUPerTask = (cpu1 - cpu0) / time.Duration(l.N)
+	if redis0 >= 0 && redis1 >= redis0 {
+		l.RedisCPU = (redis1 - redis0) / time.Duration(l.N)
+	}
+	var e2e []time.Duration
+	for _, h := range e.srv.hits() {
+		e2e = append(e2e, h.e2e)
+	}
+	l.E2E = percentilesOf(e2e)
+	return l, nil
 }
 
 func (e *ioEnv) runWorker(ctx context.Context, w IOWorker) (res IOResult) {
@@ -1130,19 +1200,24 @@ func WriteIOReport(w io.Writer, rep IOReport) {
 	if len(rep.Fleet) == 0 {
 		return
 	}
-	fmt.Fprint(w, "\nFleet: the same drain run by 1 or more processes of a worker together. One Redis core sustains 1 s / (Redis CPU per task) tasks a second, whatever the fleet, as long as the CPU per task holds as processes are added.\n\n")
-	fmt.Fprintln(w, "| worker | processes | tasks | tasks/s | CPU per task | Redis CPU per task | tasks/s per Redis core |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprint(w, "\nFleet: 1 or more processes of a worker together, first draining the same tasks, then serving Poisson arrivals at one fixed rate (half the one-process drain's throughput) for --load-for. One Redis core sustains 1 s / (Redis CPU per task) tasks a second, whatever the fleet, as long as the CPU per task holds as processes are added. The drain saturates this machine's cores once processes are added, which inflates every process' CPU, Redis' included; the fixed rate does not.\n\n")
+	fmt.Fprintln(w, "| worker | processes | drain tasks/s | drain CPU per task | drain Redis CPU per task | fixed rate | CPU per task | Redis CPU per task | e2e p50 / p99 | tasks/s per Redis core |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, f := range rep.Fleet {
 		if f.Err != "" && f.Throughput == 0 {
-			fmt.Fprintf(w, "| %s | %d |  | failed: %s |  |  |  |\n", f.Worker, f.Processes, firstLine(f.Err))
+			fmt.Fprintf(w, "| %s | %d | failed: %s |  |  |  |  |  |  |  |\n", f.Worker, f.Processes, firstLine(f.Err))
 			continue
 		}
-		perCore := "—"
-		if f.RedisCPU > 0 {
-			perCore = fmt.Sprintf("%.0f", float64(time.Second)/float64(f.RedisCPU))
+		perCore, load := "—", "failed"
+		if f.Err == "" {
+			load = fmt.Sprintf("%.0f/s | %d µs | %.1f µs | %s / %s ms", f.Rate, f.Load.CPUPerTask.Microseconds(), us(f.Load.RedisCPU), ms(f.Load.E2E.P50), ms(f.Load.E2E.P99))
+			if f.Load.RedisCPU > 0 {
+				perCore = fmt.Sprintf("%.0f", float64(time.Second)/float64(f.Load.RedisCPU))
+			}
+		} else {
+			load = "failed: " + firstLine(f.Err) + " |  |  | "
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %.0f | %d µs | %.1f µs | %s |\n", f.Worker, f.Processes, f.N, f.Throughput, f.CPUPerTask.Microseconds(), us(f.RedisCPU), perCore)
+		fmt.Fprintf(w, "| %s | %d | %.0f | %d µs | %.1f µs | %s | %s |\n", f.Worker, f.Processes, f.Throughput, f.CPUPerTask.Microseconds(), us(f.RedisCPU), load, perCore)
 	}
 }
 

@@ -118,12 +118,16 @@ func TestWriteIOReportFleetAndHeader(t *testing.T) {
 	start := time.Date(2026, 12, 4, 8, 0, 0, 0, time.UTC)
 	WriteIOReport(&b, IOReport{Options: IOOptions{N: 10}, Command: "celeriac bench io --redis-db 9", Machine: "2 cores", Start: start, End: start.Add(20 * time.Minute),
 		Fleet: []IOFleet{
-			{Worker: IOWorker{Kind: "celeriac", Concurrency: 1000}, Processes: 2, N: 100, Throughput: 5000, CPUPerTask: 120 * time.Microsecond, RedisCPU: 40 * time.Microsecond},
+			{Worker: IOWorker{Kind: "celeriac", Concurrency: 1000}, Processes: 2, N: 100, Throughput: 5000, CPUPerTask: 120 * time.Microsecond, RedisCPU: 40 * time.Microsecond,
+				Rate: 2500, Load: IOFleetLoad{N: 50, CPUPerTask: 150 * time.Microsecond, RedisCPU: 50 * time.Microsecond, E2E: Percentiles{P50: 51 * time.Millisecond, P99: 70 * time.Millisecond}}},
+			{Worker: IOWorker{Kind: "threads", Concurrency: 100}, Processes: 2, N: 100, Throughput: 500, CPUPerTask: time.Millisecond, RedisCPU: 110 * time.Microsecond, Rate: 250, Err: "late\nrest"},
 			{Worker: IOWorker{Kind: "threads", Concurrency: 100}, Processes: 4, Err: "no\nmore"},
 		}})
 	out := b.String()
 	for _, want := range []string{"Run 2026-12-04 08:00 UTC (20m0s). Machine: 2 cores.", "Command: `celeriac bench io --redis-db 9`.",
-		"| celeriac -c 1000 | 2 | 100 | 5000 | 120 µs | 40.0 µs | 25000 |", "| Python threads -c 100 | 4 |  | failed: no |"} {
+		"| celeriac -c 1000 | 2 | 5000 | 120 µs | 40.0 µs | 2500/s | 150 µs | 50.0 µs | 51.0 / 70.0 ms | 20000 |",
+		"| Python threads -c 100 | 2 | 500 | 1000 µs | 110.0 µs | failed: late |  |  |  | — |",
+		"| Python threads -c 100 | 4 | failed: no |"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
