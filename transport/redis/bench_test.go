@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -273,4 +274,91 @@ func commandUsec(b *testing.B, rdb *goredis.Client, cmds ...string) float64 {
 		}
 	}
 	return total
+}
+
+// BenchmarkConsumeScriptCost splits the consume script's Redis-side cost
+// per message into stages, each a script that does one step more than the
+// one before, run on the same batch of Python envelopes: the pop alone,
+// the pop with its reply, kombu's unacked record of each message (HSET and
+// ZADD) keyed by a made-up tag, the record in kombu's format
+// ([envelope, exchange, routing_key]), and the real script, which also
+// reads each envelope's delivery tag, exchange and routing key. The metric
+// redis-µs/msg is Redis' own time in EVALSHA (INFO commandstats), so run it
+// against a Redis nobody else runs scripts on:
+//
+//	CELERIAC_REDIS_URL=redis://127.0.0.1:6393 go test ./transport/redis -run '^$' -bench ConsumeScriptCost -count 6
+//
+// What it shows (docs/performance.md): the step from kombu's record to
+// the real script is the part of the cost that atomicity with the pop
+// needs; the record itself is what every kombu-compatible consumer pays.
+func BenchmarkConsumeScriptCost(b *testing.B) {
+	const batch = 256
+	stages := []struct{ name, src string }{
+		{"pop", `local v = redis.call('RPOP', KEYS[3], ARGV[1]); return #v`},
+		{"pop+reply", `return redis.call('RPOP', KEYS[3], ARGV[1])`},
+		{"record", `local v = redis.call('RPOP', KEYS[3], ARGV[1]); local h, z = {}, {}
+for i, x in ipairs(v) do h[#h+1] = ARGV[6]..i; h[#h+1] = x; z[#z+1] = ARGV[2]; z[#z+1] = ARGV[6]..i end
+redis.call('HSET', KEYS[1], unpack(h)); redis.call('ZADD', KEYS[2], unpack(z)); return v`},
+		{"record-kombu", `local v = redis.call('RPOP', KEYS[3], ARGV[1]); local h, z = {}, {}
+for i, x in ipairs(v) do h[#h+1] = ARGV[6]..i; h[#h+1] = '[' .. x .. ', "", "q"]'; z[#z+1] = ARGV[2]; z[#z+1] = ARGV[6]..i end
+redis.call('HSET', KEYS[1], unpack(h)); redis.call('ZADD', KEYS[2], unpack(z)); return v`},
+		{"consume.lua", luaConsume},
+	}
+	for _, st := range stages {
+		b.Run(st.name, func(b *testing.B) {
+			e := newEnv(b)
+			ctx := context.Background()
+			scr := goredis.NewScript(st.src)
+			k := keys{prefix: e.prefix, sep: DefaultSep, steps: []int{0, 3, 6, 9}}
+			ks := []string{e.key("unacked"), e.key("unacked_index")}
+			for _, s := range k.steps {
+				ks = append(ks, e.prefix+k.queueBand("q", s))
+			}
+			ks = append(ks, e.key("dead.q"))
+			items := make([]any, batch)
+			var redisTime time.Duration
+			msgs := 0
+			for b.Loop() {
+				b.StopTimer()
+				e.raw.Del(ctx, ks[0], ks[1])
+				for i := range items {
+					items[i] = pyEnvelope(newTag(), "q", 0, i)
+				}
+				if err := e.raw.LPush(ctx, ks[2], items...).Err(); err != nil {
+					b.Fatal(err)
+				}
+				before := evalshaTime(b, e.raw)
+				b.StartTimer()
+				if err := scr.Run(ctx, e.raw, ks, batch, score(time.Now()), 1, 4, "1", newTag(), "1", "q").Err(); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				redisTime += evalshaTime(b, e.raw) - before
+				msgs += batch
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(redisTime.Nanoseconds())/1e3/float64(msgs), "redis-µs/msg")
+		})
+	}
+}
+
+// evalshaTime is Redis' total time in EVALSHA so far (INFO commandstats).
+func evalshaTime(b *testing.B, r *goredis.Client) time.Duration {
+	info, err := r.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for l := range strings.SplitSeq(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_evalsha:")
+		if !ok {
+			continue
+		}
+		for f := range strings.SplitSeq(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				us, _ := strconv.ParseInt(v, 10, 64)
+				return time.Duration(us) * time.Microsecond
+			}
+		}
+	}
+	return 0
 }
