@@ -3,6 +3,8 @@ package amqp
 import (
 	"context"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -232,4 +234,105 @@ func preload(b *testing.B, q string, n int) {
 	if last != nil && !last.Wait() {
 		b.Fatal("preload nacked")
 	}
+}
+
+// BenchmarkConsumeAckWorkers is BenchmarkConsumeAckPaired with the acks
+// sent as celeriac's worker sends them: each delivery goes to a goroutine of
+// its own, at most 100 at a time (-c 100), which acks it (AckAsync, then
+// its wait, as an early ack does) while the next deliveries arrive. The
+// bare loop's deliveries are acked the same way, one basic.ack each.
+//
+//	go test -run '^$' -bench ConsumeAckWorkers -benchtime 20000x -count 5 ./transport/amqp
+func BenchmarkConsumeAckWorkers(b *testing.B) {
+	h := newHarness(b, Config{})
+	a := newAdmin(b)
+	half := max(b.N/2, 1)
+	var queues [4]string
+	for i := range queues {
+		queues[i] = h.q("workers" + strconv.Itoa(i))
+		a.cleanup([]string{queues[i]}, []string{queues[i]})
+		a.declare(queues[i], nil)
+		preload(b, queues[i], half)
+	}
+	conn, err := amqp091.Dial(transporttest.AMQPURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := context.Background()
+	var celeriac, bare, celeriacCPU, bareCPU time.Duration
+	var failed atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i, q := range queues {
+		start, startCPU := time.Now(), cpuTime(b)
+		slots := make(chan struct{}, 100)
+		var wg sync.WaitGroup
+		if i == 0 || i == 3 {
+			c, err := h.tr.Consume(ctx, []transport.Queue{{Name: q}}, transport.ConsumeOptions{Prefetch: 256})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for range half {
+				d := <-c.Deliveries()
+				slots <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-slots }()
+					wait, err := d.AckAsync(ctx)
+					if err == nil {
+						err = wait(ctx)
+					}
+					if err != nil {
+						failed.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			celeriac += time.Since(start)
+			celeriacCPU += cpuTime(b) - startCPU
+			if err := c.Stop(ctx); err != nil {
+				b.Fatal(err)
+			}
+			continue
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := ch.Qos(256, 0, true); err != nil {
+			b.Fatal(err)
+		}
+		dels, err := ch.Consume(q, "", false, false, false, false, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for range half {
+			d := <-dels
+			slots <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				if err := d.Ack(false); err != nil {
+					failed.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		bare += time.Since(start)
+		bareCPU += cpuTime(b) - startCPU
+		_ = ch.Close()
+	}
+	b.StopTimer()
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d acks failed", n)
+	}
+	for _, q := range queues {
+		if n := a.ready(q); n != 0 {
+			b.Fatalf("queue %s: %d messages left after the drain", q, n)
+		}
+	}
+	b.ReportMetric(float64(2*half)/celeriac.Seconds(), "celeriac-msg/s")
+	b.ReportMetric(float64(2*half)/bare.Seconds(), "amqp091-msg/s")
+	b.ReportMetric(bare.Seconds()/celeriac.Seconds(), "celeriac/amqp091")
+	b.ReportMetric(float64(celeriacCPU.Microseconds())/float64(2*half), "celeriac-cpu-µs/msg")
+	b.ReportMetric(float64(bareCPU.Microseconds())/float64(2*half), "amqp091-cpu-µs/msg")
 }
