@@ -198,7 +198,7 @@ func cpuTime(b *testing.B) time.Duration {
 
 // preload publishes n Celery-like task messages to q with pipelined
 // publisher confirms.
-func preload(b *testing.B, q string, n int) {
+func preload(b testing.TB, q string, n int) {
 	b.Helper()
 	conn, err := amqp091.Dial(transporttest.AMQPURL(b))
 	if err != nil {
