@@ -173,3 +173,19 @@ func TestWriteIOReportPostgres(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteIOReportRabbitMQ(t *testing.T) {
+	var b bytes.Buffer
+	WriteIOReport(&b, IOReport{Options: IOOptions{N: 10, Broker: "amqp"}, Results: []IOResult{
+		{Worker: IOWorker{Kind: "celeriac", Concurrency: 100}, N: 10, Throughput: 1900, RedisCPU: 95 * time.Microsecond},
+	}, Fleet: []IOFleet{{Worker: IOWorker{Kind: "celeriac", Concurrency: 100}, Processes: 1, N: 10, Throughput: 1900, RedisCPU: 100 * time.Microsecond}}})
+	out := b.String()
+	for _, want := range []string{"from RabbitMQ.", "| RabbitMQ CPU per task |", "| 95.0 µs |", "| RabbitMQ CPU per task | tasks/s per RabbitMQ core |", "| 100.0 µs | 10000 |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "Redis") {
+		t.Errorf("a RabbitMQ report names Redis:\n%s", out)
+	}
+}
