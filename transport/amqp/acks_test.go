@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
 	"github.com/celeriac/celeriac/transport"
 )
 
@@ -116,15 +118,22 @@ func TestTagLedgerHeld(t *testing.T) {
 // succeed, nothing may stay in the queue, and the channel must never have
 // been reopened.
 func TestAcksCoalescedWithRejects(t *testing.T) {
+	t.Run("classic", func(t *testing.T) { testAcksCoalesced(t, nil) })
+	// Quorum queues take per-consumer QoS, and requeue with a delivery
+	// count.
+	t.Run("quorum", func(t *testing.T) { testAcksCoalesced(t, amqp091.Table{"x-queue-type": "quorum"}) })
+}
+
+func testAcksCoalesced(t *testing.T, args amqp091.Table) {
 	h := newHarness(t, Config{})
 	q := h.q("coalesce")
 	a := newAdmin(t)
 	a.cleanup([]string{q}, []string{q})
-	a.declare(q, nil)
+	a.declare(q, args)
 	const n = 3000
 	preload(t, q, n)
 	ctx := context.Background()
-	c, err := h.tr.Consume(ctx, []transport.Queue{{Name: q}}, transport.ConsumeOptions{Prefetch: 256})
+	c, err := h.tr.Consume(ctx, []transport.Queue{{Name: q, Arguments: args}}, transport.ConsumeOptions{Prefetch: 256})
 	if err != nil {
 		t.Fatal(err)
 	}
