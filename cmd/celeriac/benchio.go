@@ -37,7 +37,7 @@ func newBenchIOWorkerCmd() *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&broker, "broker-url", "", "redis:// URL")
+	fl.StringVar(&broker, "broker-url", "", "redis:// or amqp:// URL")
 	fl.StringVar(&queue, "queue", "bench_io", "queue to consume")
 	fl.IntVarP(&c, "concurrency", "c", 100, "slots")
 	fl.StringVar(&results, "result-backend", "", "redis:// URL to store results in (default: results ignored)")
@@ -54,18 +54,20 @@ func newBenchIOCmd() *cobra.Command {
 		Short: "Benchmark I/O-bound tasks: celeriac against Python Celery's prefork, threads and gevent pools",
 		Long: `Every task GETs a URL of an HTTP server this command runs on loopback, which
 answers after --delay (every --tail-every-th request after --tail): what a
-task that calls an API does. Each worker drains --n such tasks from Redis
-(throughput, queue wait and end to end p50/p99/p99.9, CPU per task, peak
-RSS, Redis CPU per task), then takes Poisson arrivals at --loads fractions
+task that calls an API does. Each worker drains --n such tasks from Redis,
+or with --broker amqp from RabbitMQ (throughput, queue wait and end to end
+p50/p99/p99.9, CPU per task, peak RSS, the broker's CPU per task), then takes Poisson arrivals at --loads fractions
 of the throughput it showed, for --load-for each (end to end p50/p99).
 With --results every worker stores results in Redis, and each open-loop
 task is awaited by the Go client's AsyncResult.Get: publish to result as a
 caller sees it.
 Tasks are published by celeriac's client; the database --redis-db must be
-empty and is emptied at the end.`,
+empty and is emptied at the end (on RabbitMQ, the queue bench_io must hold
+no message, and is deleted at the end).`,
 		Example: `  celeriac bench io --redis-db 9 > io.md
   celeriac bench io --redis-db 9 --workers celeriac:1000,gevent:500 --n 2000
   celeriac bench io --redis-db 9 --results > io-results.md
+  celeriac bench io --broker amqp --amqp amqp://guest:guest@127.0.0.1:5672/bench --workers celeriac:1000,threads:100:1000
   celeriac bench io --redis-db 9 --workers threads@5.6:100:1000,gevent@5.6:500:2000   # Celery 5.6.3's pools
   celeriac bench io --redis-db 9 --workers celeriac:1000,threads:100:1000,threads@5.6:100:1000 --fleet celeriac:1000,threads:100:1000 --plot io.svg`,
 		Args: args(cobra.NoArgs),
@@ -113,7 +115,10 @@ empty and is emptied at the end.`,
 				}
 				o.Loads = append(o.Loads, f)
 			}
-			if o.RedisDB < 0 {
+			switch {
+			case o.Broker != "redis" && o.Broker != "amqp":
+				return usagef("--broker: %q is neither redis nor amqp", o.Broker)
+			case o.RedisDB < 0 && (o.Broker == "redis" || o.Results):
 				return usagef("--redis-db: the benchmark needs a database of its own (it empties it)")
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -145,8 +150,10 @@ empty and is emptied at the end.`,
 		},
 	}
 	fl := cmd.Flags()
+	fl.StringVar(&o.Broker, "broker", "redis", "redis (the database --redis-db) or amqp (the queue bench_io of --amqp, a RabbitMQ on this machine: its CPU is read from its beam.smp process)")
+	fl.StringVar(&o.AMQPURL, "amqp", "amqp://guest:guest@127.0.0.1:5672//", "RabbitMQ broker of --broker amqp: its queue bench_io must hold no message, and is deleted at the end")
 	fl.StringVar(&o.RedisURL, "redis", "redis://127.0.0.1:6379", "Redis server (without a database)")
-	fl.IntVar(&o.RedisDB, "redis-db", -1, "the broker's database: must be empty, and is emptied at the end (required)")
+	fl.IntVar(&o.RedisDB, "redis-db", -1, "the broker's database, and the results' with --results: must be empty, and is emptied at the end (required, except with --broker amqp without --results)")
 	fl.StringVar(&o.Python, "python", "/usr/bin/python3", "interpreter with Celery")
 	fl.StringVar(&o.PythonPath, "python-path", "", "put first on PYTHONPATH for the Python workers (another Celery version)")
 	fl.StringVar(&workers, "workers", "celeriac:100,celeriac:1000,celeriac:5000,prefork:2:1000,prefork:16:2000,threads:100:1000,gevent:500:5000", "KIND[@CELERY]:CONCURRENCY[:TASKS] list (CELERY: a Python worker's Celery version, see --celery-path; TASKS: this worker's drain, default --n)")

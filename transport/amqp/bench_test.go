@@ -3,6 +3,8 @@ package amqp
 import (
 	"context"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -196,7 +198,7 @@ func cpuTime(b *testing.B) time.Duration {
 
 // preload publishes n Celery-like task messages to q with pipelined
 // publisher confirms.
-func preload(b *testing.B, q string, n int) {
+func preload(b testing.TB, q string, n int) {
 	b.Helper()
 	conn, err := amqp091.Dial(transporttest.AMQPURL(b))
 	if err != nil {
@@ -231,5 +233,146 @@ func preload(b *testing.B, q string, n int) {
 	}
 	if last != nil && !last.Wait() {
 		b.Fatal("preload nacked")
+	}
+}
+
+// BenchmarkConsumeAckWorkers is BenchmarkConsumeAckPaired with the acks
+// sent as celeriac's worker sends them: each delivery goes to a goroutine of
+// its own, at most 100 at a time (-c 100), which acks it (AckAsync, then
+// its wait, as an early ack does) while the next deliveries arrive. The
+// bare loop's deliveries are acked the same way, one basic.ack each.
+//
+//	go test -run '^$' -bench ConsumeAckWorkers -benchtime 20000x -count 5 ./transport/amqp
+func BenchmarkConsumeAckWorkers(b *testing.B) {
+	h := newHarness(b, Config{})
+	a := newAdmin(b)
+	half := max(b.N/2, 1)
+	var queues [4]string
+	for i := range queues {
+		queues[i] = h.q("workers" + strconv.Itoa(i))
+		a.cleanup([]string{queues[i]}, []string{queues[i]})
+		a.declare(queues[i], nil)
+		preload(b, queues[i], half)
+	}
+	conn, err := amqp091.Dial(transporttest.AMQPURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := context.Background()
+	var celeriac, bare, celeriacCPU, bareCPU time.Duration
+	var failed atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i, q := range queues {
+		start, startCPU := time.Now(), cpuTime(b)
+		slots := make(chan struct{}, 100)
+		var wg sync.WaitGroup
+		if i == 0 || i == 3 {
+			c, err := h.tr.Consume(ctx, []transport.Queue{{Name: q}}, transport.ConsumeOptions{Prefetch: 256})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for range half {
+				d := <-c.Deliveries()
+				slots <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-slots }()
+					wait, err := d.AckAsync(ctx)
+					if err == nil {
+						err = wait(ctx)
+					}
+					if err != nil {
+						failed.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			celeriac += time.Since(start)
+			celeriacCPU += cpuTime(b) - startCPU
+			if err := c.Stop(ctx); err != nil {
+				b.Fatal(err)
+			}
+			continue
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := ch.Qos(256, 0, true); err != nil {
+			b.Fatal(err)
+		}
+		dels, err := ch.Consume(q, "", false, false, false, false, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for range half {
+			d := <-dels
+			slots <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				if err := d.Ack(false); err != nil {
+					failed.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		bare += time.Since(start)
+		bareCPU += cpuTime(b) - startCPU
+		_ = ch.Close()
+	}
+	b.StopTimer()
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d acks failed", n)
+	}
+	for _, q := range queues {
+		if n := a.ready(q); n != 0 {
+			b.Fatalf("queue %s: %d messages left after the drain", q, n)
+		}
+	}
+	b.ReportMetric(float64(2*half)/celeriac.Seconds(), "celeriac-msg/s")
+	b.ReportMetric(float64(2*half)/bare.Seconds(), "amqp091-msg/s")
+	b.ReportMetric(bare.Seconds()/celeriac.Seconds(), "celeriac/amqp091")
+	b.ReportMetric(float64(celeriacCPU.Microseconds())/float64(2*half), "celeriac-cpu-µs/msg")
+	b.ReportMetric(float64(bareCPU.Microseconds())/float64(2*half), "amqp091-cpu-µs/msg")
+}
+
+// BenchmarkMessageFromDelivery converts a received Celery task delivery
+// (protocol 2 headers as Celery 5.2 sends them) to a protocol.Message, as
+// the consumer does for every delivery. Each conversion gets a header
+// table of its own, as amqp091 reads a new one for every message; making
+// them is outside the timer.
+//
+//	go test -run '^$' -bench MessageFromDelivery -count 6 ./transport/amqp
+func BenchmarkMessageFromDelivery(b *testing.B) {
+	headers := func(i int) amqp091.Table {
+		id := "b0000000-0000-0000-0000-" + strconv.Itoa(100000000000+i)
+		return amqp091.Table{
+			"lang": "py", "task": "bench.noop", "id": id, "shadow": nil, "eta": nil, "expires": nil,
+			"group": nil, "group_index": nil, "retries": int32(0), "timelimit": []any{nil, nil},
+			"root_id": id, "parent_id": nil, "argsrepr": "(" + strconv.Itoa(i) + ",)", "kwargsrepr": "{}",
+			"origin": "gen1@bench", "ignore_result": false,
+		}
+	}
+	ds := make([]amqp091.Delivery, 1000)
+	fill := func() {
+		for i := range ds {
+			ds[i] = amqp091.Delivery{
+				ContentType: "application/json", ContentEncoding: "utf-8", DeliveryMode: 2,
+				CorrelationId: "c", ReplyTo: "2731d639-4e7d-349f-9ccc-abfd40bea425",
+				Headers: headers(i), Body: []byte(`[[1], {}, {"callbacks": null, "errbacks": null, "chain": null, "chord": null}]`),
+			}
+		}
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if i%len(ds) == 0 {
+			b.StopTimer()
+			fill()
+			b.StartTimer()
+		}
+		if _, err := messageFromDelivery(&ds[i%len(ds)]); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -163,6 +163,7 @@ type chanSession struct {
 	idle    sync.Once     // closes the channel of a stopped consumer
 	fw      sync.WaitGroup
 	pending atomic.Int64 // deliveries handed out and not settled
+	acks    *acker
 
 	mu        sync.Mutex
 	tags      map[string]string // queue → consumer tag, for consumers we did not cancel
@@ -240,6 +241,7 @@ func (c *consumer) establish(sess *session) (*chanSession, error) {
 		kick:     make(chan struct{}, 1),
 		died:     make(chan struct{}),
 	}
+	cs.acks = newAcker(ch, cs.release)
 	if err := ch.Qos(prefetch, 0, global); err != nil {
 		cs.kill()
 		return nil, fmt.Errorf("amqp: basic.qos: %w", err)
@@ -311,7 +313,9 @@ func (cs *chanSession) forward(queue, tag string, in <-chan amqp091.Delivery) {
 		if err != nil {
 			c.log.Error("amqp message with unreadable headers; rejecting it without requeue (a dead-letter exchange keeps it)",
 				zap.String("queue", queue), zap.Uint64("delivery_tag", d.DeliveryTag), zap.Error(err))
-			_ = cs.ch.Reject(d.DeliveryTag, false)
+			if cs.ch.Reject(d.DeliveryTag, false) == nil {
+				cs.acks.settled(d.DeliveryTag)
+			}
 			continue
 		}
 		cs.pending.Add(1)
@@ -320,7 +324,9 @@ func (cs *chanSession) forward(queue, tag string, in <-chan amqp091.Delivery) {
 		case <-cs.stopping:
 			del.settled.Store(true)
 			cs.pending.Add(-1)
-			_ = cs.ch.Reject(d.DeliveryTag, true)
+			if cs.ch.Reject(d.DeliveryTag, true) == nil {
+				cs.acks.settled(d.DeliveryTag)
+			}
 		case <-cs.died:
 			// Not handed out: the broker delivers it again on the next
 			// channel, where its acknowledgement can succeed.
@@ -735,6 +741,8 @@ func (c *consumer) CancelQueue(ctx context.Context, name string) error {
 	return cs.cancel(name)
 }
 
+var _ transport.AsyncAcknowledger = (*delivery)(nil)
+
 // delivery is a transport.Delivery with its acknowledger in one allocation.
 type delivery struct {
 	transport.Delivery
@@ -762,36 +770,77 @@ func newDelivery(cs *chanSession, queue string, d *amqp091.Delivery) (*delivery,
 	return del, nil
 }
 
+// release counts n deliveries handed out as settled, and closes the
+// channel of a stopped consumer once none is left.
+func (cs *chanSession) release(n int) {
+	if cs.pending.Add(-int64(n)) == 0 && cs.stopped.Load() {
+		cs.closeIdle()
+	}
+}
+
+// staleError maps the error of writing basic.ack or basic.reject to
+// transport.ErrStaleDelivery. Neither has a reply: an error means the
+// frame could not be written, so the connection is failing and the broker
+// will deliver the message again.
+func staleError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, amqp091.ErrClosed) {
+		return transport.ErrStaleDelivery
+	}
+	return fmt.Errorf("%w: %v", transport.ErrStaleDelivery, err)
+}
+
 // settle runs op once for the delivery and maps a dead channel to
-// transport.ErrStaleDelivery.
+// transport.ErrStaleDelivery. op writes a basic.reject: once it is
+// written, the acker may ack past the delivery's tag with multiple.
 func (d *delivery) settle(op func(ch *amqp091.Channel) error) error {
 	if !d.settled.CompareAndSwap(false, true) {
 		return transport.ErrAlreadyAcknowledged
 	}
 	cs := d.cs
-	defer func() {
-		if cs.pending.Add(-1) == 0 && cs.stopped.Load() {
-			cs.closeIdle()
-		}
-	}()
+	defer cs.release(1)
 	if cs.isDead() {
 		return transport.ErrStaleDelivery
 	}
-	// basic.ack and basic.reject have no reply: an error means the frame
-	// could not be written, so the connection is failing and the broker
-	// will deliver the message again.
 	if err := op(cs.ch); err != nil {
-		if errors.Is(err, amqp091.ErrClosed) {
-			return transport.ErrStaleDelivery
-		}
-		return fmt.Errorf("%w: %v", transport.ErrStaleDelivery, err)
+		return staleError(err)
 	}
+	cs.acks.settled(d.tag)
 	return nil
 }
 
-// Ack implements transport.Acknowledger with basic.ack.
-func (d *delivery) Ack(ctx context.Context, _ *transport.Delivery) error {
-	return d.settle(func(ch *amqp091.Channel) error { return ch.Ack(d.tag, false) })
+// AckAsync implements transport.AsyncAcknowledger: the ack is written at
+// once, or, when another goroutine is writing acks of the channel, by that
+// goroutine with them (see acker); wait returns once it is written.
+func (d *delivery) AckAsync(ctx context.Context, _ *transport.Delivery) (wait func(context.Context) error, err error) {
+	if !d.settled.CompareAndSwap(false, true) {
+		return nil, transport.ErrAlreadyAcknowledged
+	}
+	cs := d.cs
+	if cs.isDead() {
+		cs.release(1)
+		return nil, transport.ErrStaleDelivery
+	}
+	w := cs.acks.ack(d.tag)
+	return func(ctx context.Context) error {
+		err := w(ctx)
+		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return err // not known to be written yet
+		}
+		return staleError(err)
+	}, nil
+}
+
+// Ack implements transport.Acknowledger with basic.ack, coalesced with
+// the channel's other acks (see acker).
+func (d *delivery) Ack(ctx context.Context, td *transport.Delivery) error {
+	wait, err := d.AckAsync(ctx, td)
+	if err != nil {
+		return err
+	}
+	return wait(ctx)
 }
 
 // Reject implements transport.Acknowledger with basic.reject.

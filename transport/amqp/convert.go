@@ -69,6 +69,32 @@ func fromTable(t amqp091.Table) (map[string]any, error) {
 	return fromTableDepth(t, 0)
 }
 
+// fromDeliveryTable converts the header table of a received delivery in
+// place: it is the delivery's own (amqp091 reads a new one for every
+// message), and most of its values are already what protocol holds, so
+// neither a second map nor a second box for each of them is needed.
+func fromDeliveryTable(t amqp091.Table) (map[string]any, error) {
+	if t == nil {
+		return nil, nil
+	}
+	for k, v := range t {
+		switch v := v.(type) {
+		case nil, bool, float64, int64, []byte:
+			continue
+		case string:
+			if utf8.ValidString(v) {
+				continue
+			}
+		}
+		cv, err := fromField(v, 0)
+		if err != nil {
+			return nil, fmt.Errorf("header %q: %w", k, err)
+		}
+		t[k] = cv
+	}
+	return t, nil
+}
+
 func fromTableDepth(t amqp091.Table, depth int) (map[string]any, error) {
 	if depth > maxValueDepth {
 		return nil, errValueDepth
@@ -85,50 +111,48 @@ func fromTableDepth(t amqp091.Table, depth int) (map[string]any, error) {
 }
 
 func fromField(v any, depth int) (any, error) {
-	switch v := v.(type) {
+	// Values kept as they are return v itself: boxing the switch's copy
+	// again would allocate.
+	switch x := v.(type) {
 	case nil:
 		return nil, nil
 	case string:
-		if !utf8.ValidString(v) {
-			return []byte(v), nil
+		if !utf8.ValidString(x) {
+			return []byte(x), nil
 		}
 		return v, nil
-	case bool, float64:
-		return v, nil
-	case int64:
+	case bool, float64, int64, []byte:
 		return v, nil
 	case int32:
-		return int64(v), nil
+		return int64(x), nil
 	case int16:
-		return int64(v), nil
+		return int64(x), nil
 	case int8:
-		return int64(v), nil
+		return int64(x), nil
 	case int:
-		return int64(v), nil
+		return int64(x), nil
 	case uint8:
-		return int64(v), nil
+		return int64(x), nil
 	case uint16:
-		return int64(v), nil
+		return int64(x), nil
 	case uint32:
-		return int64(v), nil
+		return int64(x), nil
 	case float32:
-		return float64(v), nil
-	case []byte:
-		return v, nil
+		return float64(x), nil
 	case time.Time:
-		return v.UTC(), nil
+		return x.UTC(), nil
 	case amqp091.Decimal:
-		return decimalText(v), nil
+		return decimalText(x), nil
 	case amqp091.Table:
-		return fromTableDepth(v, depth+1)
+		return fromTableDepth(x, depth+1)
 	case map[string]any:
-		return fromTableDepth(amqp091.Table(v), depth+1)
+		return fromTableDepth(amqp091.Table(x), depth+1)
 	case []any:
 		if depth+1 > maxValueDepth {
 			return nil, errValueDepth
 		}
-		out := make([]any, len(v))
-		for i, e := range v {
+		out := make([]any, len(x))
+		for i, e := range x {
 			ce, err := fromField(e, depth+1)
 			if err != nil {
 				return nil, fmt.Errorf("[%d]: %w", i, err)
@@ -358,7 +382,7 @@ const (
 // protocol.Message. The body is not copied: amqp091 allocates it per
 // delivery.
 func messageFromDelivery(d *amqp091.Delivery) (protocol.Message, error) {
-	h, err := fromTable(d.Headers)
+	h, err := fromDeliveryTable(d.Headers)
 	if err != nil {
 		return protocol.Message{}, err
 	}

@@ -378,10 +378,14 @@ func (k *amqpKit) ServerCPU(ctx context.Context) (time.Duration, bool) {
 	return processCPU("beam.smp")
 }
 
-// Unacked asks rabbitmqctl (the broker must be this machine's): AMQP
-// itself reports only ready messages.
+// Unacked asks rabbitmqctl (the broker must be this machine's) about the
+// URL's vhost: AMQP itself reports only ready messages.
 func (k *amqpKit) Unacked(ctx context.Context) (int, bool) {
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", "list_queues", "-q", "--no-table-headers", "name", "messages_unacknowledged").Output()
+	vhost := "/"
+	if u, err := amqp.ParseURI(k.url); err == nil && u.Vhost != "" {
+		vhost = u.Vhost
+	}
+	out, err := exec.CommandContext(ctx, "rabbitmqctl", "list_queues", "-p", vhost, "-q", "--no-table-headers", "name", "messages_unacknowledged").Output()
 	if err != nil {
 		return 0, false
 	}

@@ -26,6 +26,8 @@ import (
 
 	redisbackend "github.com/celeriac/celeriac/backend/redis"
 	"github.com/celeriac/celeriac/client"
+	"github.com/celeriac/celeriac/transport"
+	amqptransport "github.com/celeriac/celeriac/transport/amqp"
 	redistransport "github.com/celeriac/celeriac/transport/redis"
 	"github.com/celeriac/celeriac/worker"
 )
@@ -107,9 +109,17 @@ func ParseIOWorkers(s string) ([]IOWorker, error) {
 
 // IOOptions configure the I/O benchmark.
 type IOOptions struct {
+	// Broker is "redis" (default: the database RedisDB of RedisURL) or
+	// "amqp" (the queue bench_io of AMQPURL, on this machine's RabbitMQ,
+	// whose CPU is its beam.smp process's).
+	Broker   string
+	AMQPURL  string // default amqp://guest:guest@127.0.0.1:5672//
 	RedisURL string // server, without a database (default redis://127.0.0.1:6379)
-	RedisDB  int    // the broker's database: must be empty; emptied after
-	Python   string // default /usr/bin/python3
+	// RedisDB is the broker's database on Redis, and the results' with
+	// Results: must be empty; emptied after. Unused (-1) on RabbitMQ
+	// without results.
+	RedisDB int
+	Python  string // default /usr/bin/python3
 	// PythonPath is put first on PYTHONPATH for the Python workers (Celery
 	// 5.6.3 unpacked by .ci/setup, say); empty runs the system's Celery.
 	PythonPath string
@@ -133,7 +143,7 @@ type IOOptions struct {
 	Timeout        time.Duration // a drain or load not done this long after its last publish is abandoned (default 5 min)
 	Seed           uint64        // of the arrival times (default 31)
 	// Results turns results on: every worker stores them in Redis (the
-	// broker's database), and each open-loop task is awaited with the Go
+	// database RedisDB, the broker's on Redis), and each open-loop task is awaited with the Go
 	// client's Get, which measures publish to result as a caller sees it.
 	Results bool
 	// PostgresURL, when set, makes every task also INSERT a row into
@@ -144,6 +154,12 @@ type IOOptions struct {
 }
 
 func (o *IOOptions) defaults() {
+	if o.Broker == "" {
+		o.Broker = "redis"
+	}
+	if o.AMQPURL == "" {
+		o.AMQPURL = "amqp://guest:guest@127.0.0.1:5672//"
+	}
 	if o.RedisURL == "" {
 		o.RedisURL = "redis://127.0.0.1:6379"
 	}
@@ -195,7 +211,9 @@ type IOResult struct {
 	// server's request, publish to its answer.
 	Wait, E2E  Percentiles
 	CPUPerTask time.Duration // the worker's process tree
-	RedisCPU   time.Duration // Redis' CPU per task (INFO cpu)
+	// RedisCPU is the broker's CPU per task: Redis' (INFO cpu), or with
+	// IOOptions.Broker "amqp" RabbitMQ's (its beam.smp process).
+	RedisCPU time.Duration
 	// PostgresCPU is the local PostgreSQL's CPU per task, with
 	// IOOptions.PostgresURL.
 	PostgresCPU time.Duration
@@ -222,7 +240,7 @@ type IOFleet struct {
 	N          int
 	Throughput float64
 	CPUPerTask time.Duration // all the processes'
-	RedisCPU   time.Duration
+	RedisCPU   time.Duration // the broker's, as IOResult.RedisCPU
 	// Rate is the open-loop arrival rate every process count of the
 	// worker serves (half the one-process drain's throughput), and Load the
 	// figures there: unlike the drain, which saturates the machine's cores
@@ -374,32 +392,61 @@ func RunIO(ctx context.Context, o IOOptions) (IOReport, error) {
 }
 
 func runIO(ctx context.Context, o *IOOptions, rep *IOReport) ([]IOResult, []IOFleet, error) {
-	brokerURL := withDB(o.RedisURL, o.RedisDB)
-	opt, err := goredis.ParseURL(brokerURL)
-	if err != nil {
-		return nil, nil, err
+	var rdb *goredis.Client
+	var resultURL string
+	if o.Broker == "redis" || o.Results {
+		if o.RedisDB < 0 {
+			return nil, nil, errors.New("the benchmark needs a Redis database of its own (it empties it)")
+		}
+		resultURL = withDB(o.RedisURL, o.RedisDB)
+		opt, err := goredis.ParseURL(resultURL)
+		if err != nil {
+			return nil, nil, err
+		}
+		rdb = goredis.NewClient(opt)
+		defer rdb.Close()
+		if n, err := rdb.DBSize(ctx).Result(); err != nil {
+			return nil, nil, fmt.Errorf("redis: %w", err)
+		} else if n > 0 {
+			return nil, nil, fmt.Errorf("redis database %d holds %d keys: the benchmark empties its database, so it takes an empty one (--redis-db)", o.RedisDB, n)
+		}
+		defer rdb.FlushDB(context.WithoutCancel(ctx))
 	}
-	rdb := goredis.NewClient(opt)
-	defer rdb.Close()
-	if n, err := rdb.DBSize(ctx).Result(); err != nil {
-		return nil, nil, fmt.Errorf("redis: %w", err)
-	} else if n > 0 {
-		return nil, nil, fmt.Errorf("redis database %d holds %d keys: the benchmark empties its database, so it takes an empty one (--redis-db)", o.RedisDB, n)
+	var broker ioBroker
+	var brokerURL string
+	var tr transport.Transport
+	switch o.Broker {
+	case "redis":
+		broker, brokerURL = redisIOBroker{rdb}, resultURL
+		rt, err := redistransport.Dial(ctx, redistransport.Config{URL: brokerURL})
+		if err != nil {
+			return nil, nil, err
+		}
+		tr = rt
+	case "amqp":
+		ab, err := newAMQPIOBroker(o.AMQPURL)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer ab.Close(context.WithoutCancel(ctx))
+		broker, brokerURL = ab, o.AMQPURL
+		at, err := amqptransport.Dial(ctx, amqptransport.Config{URL: brokerURL})
+		if err != nil {
+			return nil, nil, err
+		}
+		tr = at
+	default:
+		return nil, nil, fmt.Errorf("unknown broker %q (redis, amqp)", o.Broker)
 	}
-	defer rdb.FlushDB(context.WithoutCancel(ctx))
+	defer tr.Close()
 	srv, err := newIOServer(o)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer srv.close()
-	tr, err := redistransport.Dial(ctx, redistransport.Config{URL: brokerURL})
-	if err != nil {
-		return nil, nil, err
-	}
-	defer tr.Close()
 	ccfg := client.Config{DefaultQueue: ioQueue}
 	if o.Results {
-		be, err := redisbackend.New(redisbackend.Config{URL: brokerURL})
+		be, err := redisbackend.New(redisbackend.Config{URL: resultURL})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -415,8 +462,8 @@ func runIO(ctx context.Context, o *IOOptions, rep *IOReport) ([]IOResult, []IOFl
 	if err := os.WriteFile(filepath.Join(pyDir, "benchio.py"), []byte(benchIOApp), 0o644); err != nil {
 		return nil, nil, err
 	}
-	rep.Machine = ioMachine(ctx, o, rdb)
-	env := &ioEnv{o: o, srv: srv, pub: pub, rdb: rdb, brokerURL: brokerURL, pyDir: pyDir}
+	rep.Machine = ioMachine(ctx, o, broker)
+	env := &ioEnv{o: o, srv: srv, pub: pub, broker: broker, brokerURL: brokerURL, resultURL: resultURL, pyDir: pyDir}
 	if o.PostgresURL != "" {
 		if env.rows, err = newIORows(ctx, o.PostgresURL); err != nil {
 			return nil, nil, err
@@ -431,7 +478,7 @@ func runIO(ctx context.Context, o *IOOptions, rep *IOReport) ([]IOResult, []IOFl
 			fmt.Fprintf(o.Log, "bench io: %s: %s\n", w, r.Err)
 		}
 		out = append(out, r)
-		_ = rdb.FlushDB(ctx).Err()
+		env.empty(ctx)
 		if ctx.Err() != nil {
 			return out, nil, ctx.Err()
 		}
@@ -449,7 +496,7 @@ func runIO(ctx context.Context, o *IOOptions, rep *IOReport) ([]IOResult, []IOFl
 				fmt.Fprintf(o.Log, "bench io: fleet of %d × %s: %s\n", p, w, f.Err)
 			}
 			fleet = append(fleet, f)
-			_ = rdb.FlushDB(ctx).Err()
+			env.empty(ctx)
 			if ctx.Err() != nil {
 				return out, fleet, ctx.Err()
 			}
@@ -458,15 +505,11 @@ func runIO(ctx context.Context, o *IOOptions, rep *IOReport) ([]IOResult, []IOFl
 	return out, fleet, nil
 }
 
-// ioMachine describes the machine, Redis and each Celery measured.
-func ioMachine(ctx context.Context, o *IOOptions, rdb *goredis.Client) string {
+// ioMachine describes the machine, the broker and each Celery measured.
+func ioMachine(ctx context.Context, o *IOOptions, b ioBroker) string {
 	parts := machineBase()
-	if info, err := rdb.Info(ctx, "server").Result(); err == nil {
-		for _, line := range strings.Split(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-				parts = append(parts, "Redis "+v)
-			}
-		}
+	if v := b.Version(ctx); v != "" {
+		parts = append(parts, v)
 	}
 	seen := map[string]bool{}
 	for _, w := range slices.Concat(o.Workers, o.Fleet) {
@@ -512,10 +555,23 @@ type ioEnv struct {
 	o         *IOOptions
 	srv       *ioServer
 	pub       *client.Client
-	rdb       *goredis.Client
+	broker    ioBroker
 	brokerURL string
+	resultURL string // Redis, with IOOptions.Results
 	pyDir     string
 	rows      *ioRows // with IOOptions.PostgresURL
+}
+
+// empty removes what a worker's runs left in the broker and the results.
+func (e *ioEnv) empty(ctx context.Context) {
+	_ = e.broker.Empty(ctx)
+	if e.resultURL != "" && e.broker.Name() != "Redis" {
+		if opt, err := goredis.ParseURL(e.resultURL); err == nil {
+			rdb := goredis.NewClient(opt)
+			_ = rdb.FlushDB(ctx).Err()
+			_ = rdb.Close()
+		}
+	}
 }
 
 // maxPGConns bounds each worker process's PostgreSQL connections.
@@ -551,7 +607,7 @@ func (e *ioEnv) start(w IOWorker, n int, tag string) (*ioProcs, error) {
 		if w.Kind == "celeriac" {
 			cmd = exec.Command(o.Exe, "bench", "ioworker", "--broker-url", e.brokerURL, "--queue", ioQueue, "-c", strconv.Itoa(w.Concurrency))
 			if o.Results {
-				cmd.Args = append(cmd.Args, "--result-backend", e.brokerURL)
+				cmd.Args = append(cmd.Args, "--result-backend", e.resultURL)
 			}
 			if e.rows != nil {
 				cmd.Args = append(cmd.Args, "--postgres", e.rows.url)
@@ -575,7 +631,7 @@ func (e *ioEnv) start(w IOWorker, n int, tag string) (*ioProcs, error) {
 			}
 			cmd.Env = append(childEnv(), "PYTHONPATH="+path, "BENCH_BROKER="+e.brokerURL, "PYTHONDONTWRITEBYTECODE=1")
 			if o.Results {
-				cmd.Env = append(cmd.Env, "BENCH_BACKEND="+e.brokerURL)
+				cmd.Env = append(cmd.Env, "BENCH_BACKEND="+e.resultURL)
 			}
 			if e.rows != nil {
 				cmd.Env = append(cmd.Env, "BENCH_PG="+e.rows.url, "BENCH_PG_CONNS="+strconv.Itoa(min(w.Concurrency, maxPGConns)))
@@ -660,7 +716,7 @@ func (e *ioEnv) warm(ctx context.Context, p *ioProcs, n int) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	waitIdle(ctx, e.rdb, 30*time.Second)
+	waitIdle(ctx, e.broker, 30*time.Second)
 	return nil
 }
 
@@ -682,16 +738,16 @@ func (e *ioEnv) drain(ctx context.Context, p *ioProcs, n int) (drainFigures, err
 		}
 		pg0, _ = postgresCPU()
 	}
-	cpu0, redis0 := p.cpu(), redisCPU(ctx, e.rdb)
+	cpu0, redis0 := p.cpu(), e.broker.CPU(ctx)
 	start := time.Now()
-	if _, err := publishN(ctx, e.pub, e.srv, "drain", n, nil, false); err != nil {
+	if _, err := e.publish(ctx, "drain", n, nil, false); err != nil {
 		return drainFigures{}, fmt.Errorf("publish: %w", err)
 	}
 	if err := waitCount(e.srv, n, e.o.Timeout, p.exited); err != nil {
 		return drainFigures{}, fmt.Errorf("drain: %w", err)
 	}
 	elapsed := time.Since(start)
-	cpu1, redis1 := p.cpu(), redisCPU(ctx, e.rdb)
+	cpu1, redis1 := p.cpu(), e.broker.CPU(ctx)
 	d.throughput, d.cpu = float64(n)/elapsed.Seconds(), (cpu1-cpu0)/time.Duration(n)
 	if redis0 >= 0 && redis1 >= redis0 {
 		d.redis = (redis1 - redis0) / time.Duration(n)
@@ -743,8 +799,8 @@ func (e *ioEnv) runFleet(ctx context.Context, w IOWorker, procs int, rate float6
 		f.Err = fmt.Sprintf("%v\n%s", err, p.log())
 		return f
 	}
-	fmt.Fprintf(e.o.Log, "bench io: fleet of %d × %s: %.0f tasks/s, Redis %.1f µs per task\n", procs, w, f.Throughput, us(f.RedisCPU))
-	waitIdle(ctx, e.rdb, 30*time.Second)
+	fmt.Fprintf(e.o.Log, "bench io: fleet of %d × %s: %.0f tasks/s, %s %.1f µs per task\n", procs, w, f.Throughput, e.broker.Name(), us(f.RedisCPU))
+	waitIdle(ctx, e.broker, 30*time.Second)
 	f.Rate = rate
 	if f.Rate == 0 {
 		f.Rate = f.Throughput / 2
@@ -753,7 +809,7 @@ func (e *ioEnv) runFleet(ctx context.Context, w IOWorker, procs int, rate float6
 		f.Err = fmt.Sprintf("%v\n%s", err, p.log())
 		return f
 	}
-	fmt.Fprintf(e.o.Log, "bench io: fleet of %d × %s at %.0f/s: Redis %.1f µs per task, e2e p99 %v\n", procs, w, f.Rate, us(f.Load.RedisCPU), f.Load.E2E.P99)
+	fmt.Fprintf(e.o.Log, "bench io: fleet of %d × %s at %.0f/s: %s %.1f µs per task, e2e p99 %v\n", procs, w, f.Rate, e.broker.Name(), us(f.Load.RedisCPU), f.Load.E2E.P99)
 	return f
 }
 
@@ -768,14 +824,14 @@ func (e *ioEnv) openLoop(ctx context.Context, p *ioProcs, rate float64) (IOFleet
 		gaps[i] = time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
 	}
 	e.srv.reset("fleetload")
-	cpu0, redis0 := p.cpu(), redisCPU(ctx, e.rdb)
-	if _, err := publishN(ctx, e.pub, e.srv, "fleetload", l.N, gaps, false); err != nil {
+	cpu0, redis0 := p.cpu(), e.broker.CPU(ctx)
+	if _, err := e.publish(ctx, "fleetload", l.N, gaps, false); err != nil {
 		return l, fmt.Errorf("publish: %w", err)
 	}
 	if err := waitCount(e.srv, l.N, e.o.Timeout, p.exited); err != nil {
 		return l, err
 	}
-	cpu1, redis1 := p.cpu(), redisCPU(ctx, e.rdb)
+	cpu1, redis1 := p.cpu(), e.broker.CPU(ctx)
 	l.CPUPerTask = (cpu1 - cpu0) / time.Duration(l.N)
 	if redis0 >= 0 && redis1 >= redis0 {
 		l.RedisCPU = (redis1 - redis0) / time.Duration(l.N)
@@ -789,7 +845,7 @@ func (e *ioEnv) openLoop(ctx context.Context, p *ioProcs, rate float64) (IOFleet
 }
 
 func (e *ioEnv) runWorker(ctx context.Context, w IOWorker) (res IOResult) {
-	o, srv, pub, rdb := e.o, e.srv, e.pub, e.rdb
+	o, srv := e.o, e.srv
 	res.Worker = w
 	p, err := e.start(w, 1, "solo")
 	if err != nil {
@@ -835,7 +891,7 @@ func (e *ioEnv) runWorker(ctx context.Context, w IOWorker) (res IOResult) {
 		for i := range gaps {
 			gaps[i] = time.Duration(rng.ExpFloat64() / l.Rate * float64(time.Second))
 		}
-		got, err := publishN(ctx, pub, srv, run, l.N, gaps, o.Results)
+		got, err := e.publish(ctx, run, l.N, gaps, o.Results)
 		if err != nil {
 			l.Err = err.Error()
 		} else if err := waitCount(srv, l.N, o.Timeout, exited); err != nil {
@@ -859,9 +915,71 @@ func (e *ioEnv) runWorker(ctx context.Context, w IOWorker) (res IOResult) {
 			fmt.Fprintf(o.Log, ", result p50 %v p99 %v", l.Result.P50, l.Result.P99)
 		}
 		fmt.Fprintln(o.Log)
-		waitIdle(ctx, rdb, 30*time.Second)
+		waitIdle(ctx, e.broker, 30*time.Second)
 	}
 	return res
+}
+
+// publish is publishN, or on RabbitMQ publishConcurrent: there every
+// publish waits for its confirm, a round trip that one sender cannot
+// overlap, so one sender would cap the drain (at about 700 tasks a second
+// on the 2-core test machine) and fall behind the open loop's schedule.
+func (e *ioEnv) publish(ctx context.Context, run string, n int, gaps []time.Duration, results bool) (*resultWaits, error) {
+	if e.o.Broker == "amqp" {
+		return publishConcurrent(ctx, e.pub, e.srv, run, n, gaps, results)
+	}
+	return publishN(ctx, e.pub, e.srv, run, n, gaps, results)
+}
+
+// publishSenders bounds publishConcurrent's publishes in flight.
+const publishSenders = 64
+
+// publishConcurrent is publishN with up to publishSenders publishes in
+// flight: all at once without gaps, else each started at its due time.
+func publishConcurrent(ctx context.Context, pub *client.Client, srv *ioServer, run string, n int, gaps []time.Duration, results bool) (*resultWaits, error) {
+	var rw *resultWaits
+	if results {
+		rw = &resultWaits{ctx: ctx}
+	}
+	var mu sync.Mutex
+	var first error
+	slots := make(chan struct{}, publishSenders)
+	var wg sync.WaitGroup
+	due := time.Now()
+	for i := range n {
+		if gaps != nil {
+			due = due.Add(gaps[i])
+			if d := time.Until(due); d > 0 {
+				time.Sleep(d)
+			}
+		}
+		slots <- struct{}{}
+		mu.Lock()
+		failed := first != nil
+		mu.Unlock()
+		if failed {
+			<-slots
+			break
+		}
+		at := time.Now()
+		wg.Go(func() {
+			defer func() { <-slots }()
+			r, err := pub.Send(ctx, "bench.io", []any{srv.url(run, i, at)}, nil)
+			if err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+				return
+			}
+			if rw != nil {
+				rw.add(r, at)
+			}
+		})
+	}
+	wg.Wait()
+	return rw, first
 }
 
 // publishN sends n tasks of run, each after its gap (none: at once), on
@@ -969,12 +1087,10 @@ func waitCount(srv *ioServer, n int, timeout time.Duration, exited <-chan struct
 }
 
 // waitIdle waits until the queue is empty and no message is unacked.
-func waitIdle(ctx context.Context, rdb *goredis.Client, limit time.Duration) {
+func waitIdle(ctx context.Context, b ioBroker, limit time.Duration) {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
-		q, _ := rdb.LLen(ctx, ioQueue).Result()
-		u, _ := rdb.HLen(ctx, "unacked").Result()
-		if q == 0 && u == 0 {
+		if b.Idle(ctx) {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -1003,7 +1119,13 @@ func redisCPU(ctx context.Context, rdb *goredis.Client) time.Duration {
 // task, bench.io, GETs its URL, as an I/O-bound Celery task would, until
 // ctx ends.
 func RunIOWorker(ctx context.Context, brokerURL, queue string, concurrency int, resultBackend, postgres string) error {
-	tr, err := redistransport.Dial(ctx, redistransport.Config{URL: brokerURL})
+	var tr transport.Transport
+	var err error
+	if strings.HasPrefix(brokerURL, "amqp://") || strings.HasPrefix(brokerURL, "amqps://") {
+		tr, err = amqptransport.Dial(ctx, amqptransport.Config{URL: brokerURL})
+	} else {
+		tr, err = redistransport.Dial(ctx, redistransport.Config{URL: brokerURL})
+	}
 	if err != nil {
 		return err
 	}
@@ -1124,6 +1246,10 @@ def io(self, url):
 func WriteIOReport(w io.Writer, rep IOReport) {
 	o := rep.Options
 	o.defaults()
+	bn := "Redis"
+	if o.Broker == "amqp" {
+		bn = "RabbitMQ"
+	}
 	fmt.Fprintf(w, "## I/O-bound tasks\n\n")
 	if !rep.Start.IsZero() {
 		fmt.Fprintf(w, "Run %s UTC (%v). Machine: %s.\n\n", rep.Start.UTC().Format("2006-01-02 15:04"), rep.End.Sub(rep.Start).Round(time.Second), rep.Machine)
@@ -1131,13 +1257,13 @@ func WriteIOReport(w io.Writer, rep IOReport) {
 	if rep.Command != "" {
 		fmt.Fprintf(w, "Command: `%s`.\n\n", rep.Command)
 	}
-	fmt.Fprintf(w, "Each task GETs a loopback HTTP server that answers after %v (every %dth request after %v); %d tasks per drain unless the worker says otherwise, from Redis.\n\n",
-		o.Delay, o.TailEvery, o.Tail, o.N)
+	fmt.Fprintf(w, "Each task GETs a loopback HTTP server that answers after %v (every %dth request after %v); %d tasks per drain unless the worker says otherwise, from %s.\n\n",
+		o.Delay, o.TailEvery, o.Tail, o.N, bn)
 	pg := o.PostgresURL != ""
 	if pg {
 		fmt.Fprint(w, "Every task also INSERTs a row into PostgreSQL.\n\n")
 	}
-	fmt.Fprint(w, "| worker | tasks | tasks/s | queue wait p50 / p99 | end to end p50 / p99 / p99.9 | CPU per task | peak RSS | Redis CPU per task |")
+	fmt.Fprintf(w, "| worker | tasks | tasks/s | queue wait p50 / p99 | end to end p50 / p99 / p99.9 | CPU per task | peak RSS | %s CPU per task |", bn)
 	if pg {
 		fmt.Fprint(w, " PostgreSQL CPU per task |")
 	}
@@ -1200,8 +1326,8 @@ func WriteIOReport(w io.Writer, rep IOReport) {
 	if len(rep.Fleet) == 0 {
 		return
 	}
-	fmt.Fprint(w, "\nFleet: 1 or more processes of a worker together, first draining the same tasks, then serving Poisson arrivals at one fixed rate (half the one-process drain's throughput) for --load-for. One Redis core sustains 1 s / (Redis CPU per task) tasks a second, whatever the fleet, as long as the CPU per task holds as processes are added. The drain saturates this machine's cores once processes are added, which inflates every process' CPU, Redis' included; the fixed rate does not.\n\n")
-	fmt.Fprintln(w, "| worker | processes | drain tasks/s | drain CPU per task | drain Redis CPU per task | fixed rate | CPU per task | Redis CPU per task | e2e p50 / p99 | tasks/s per Redis core |")
+	fmt.Fprintf(w, "\nFleet: 1 or more processes of a worker together, first draining the same tasks, then serving Poisson arrivals at one fixed rate (half the one-process drain's throughput) for --load-for. One %[1]s core sustains 1 s / (%[1]s CPU per task) tasks a second, whatever the fleet, as long as the CPU per task holds as processes are added. The drain saturates this machine's cores once processes are added, which inflates every process' CPU, the broker's included; the fixed rate does not.\n\n", bn)
+	fmt.Fprintf(w, "| worker | processes | drain tasks/s | drain CPU per task | drain %[1]s CPU per task | fixed rate | CPU per task | %[1]s CPU per task | e2e p50 / p99 | tasks/s per %[1]s core |\n", bn)
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, f := range rep.Fleet {
 		if f.Err != "" && f.Throughput == 0 {

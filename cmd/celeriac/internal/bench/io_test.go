@@ -177,3 +177,20 @@ func TestWriteIOReportPostgres(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteIOReportRabbitMQ(t *testing.T) {
+	var b bytes.Buffer
+	WriteIOReport(&b, IOReport{Options: IOOptions{N: 10, Broker: "amqp"}, Results: []IOResult{
+		{Worker: IOWorker{Kind: "celeriac", Concurrency: 100}, N: 10, Throughput: 1900, RedisCPU: 95 * time.Microsecond},
+	}, Fleet: []IOFleet{{Worker: IOWorker{Kind: "celeriac", Concurrency: 100}, Processes: 1, N: 10, Throughput: 1900, RedisCPU: 100 * time.Microsecond,
+		Rate: 950, Load: IOFleetLoad{N: 10, RedisCPU: 125 * time.Microsecond}}}})
+	out := b.String()
+	for _, want := range []string{"from RabbitMQ.", "| RabbitMQ CPU per task |", "| 95.0 µs |", "| RabbitMQ CPU per task | e2e p50 / p99 | tasks/s per RabbitMQ core |", "| 100.0 µs | 950/s |", "| 125.0 µs | 0.0 / 0.0 ms | 8000 |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "Redis") {
+		t.Errorf("a RabbitMQ report names Redis:\n%s", out)
+	}
+}
