@@ -308,6 +308,21 @@ func (a *Applier) applyChord(sig protocol.Signature, extra []any, c Call) ([]str
 	if id, _ := body.Options["task_id"].(string); id == "" {
 		body.Options["task_id"] = protocol.NewID()
 	}
+	// chord.run's body.options.update(options) also gives the body the
+	// parent_id and root_id the chord is applied with: a chord applied by
+	// a task (the next chain step, a callback) makes that task the body's
+	// parent, whichever task later sends the body (the header task whose
+	// on_chord_part_return completes the chord, or chord_unlock: both send
+	// it with body.delay, where the body's own parent_id wins over the
+	// current task's). A chain body drops them again, as chain.run takes
+	// parent_id as its own argument: its first step's parent is the task
+	// that sends it. Same in Celery 5.2.6, 5.5 and 5.6.
+	if c.ParentID != "" {
+		body.Options["parent_id"] = c.ParentID
+	}
+	if c.RootID != "" {
+		body.Options["root_id"] = c.RootID
+	}
 	gid, _ := header.Options["task_id"].(string)
 	if gid == "" {
 		gid = protocol.NewID()
