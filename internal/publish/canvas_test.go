@@ -323,6 +323,36 @@ func TestChordBodyParentIsTheApplyingTask(t *testing.T) {
 	}
 }
 
+// TestNestedChainSpliced: a chain among a chain's steps is unrolled into
+// its steps, as Celery's prepare_steps does, so that embed.chain names
+// each step's own task_id (a failure marks them all failed); the inner
+// chain's link_error goes to each of its steps.
+func TestNestedChainSpliced(t *testing.T) {
+	var sent []*protocol.TaskMessage
+	a := &Applier{P: New(nil, Config{}), Publish: func(m *protocol.TaskMessage, _ Destination, _ *Options) error {
+		sent = append(sent, m)
+		return nil
+	}}
+	inner := LinkError(chainOf(sig("b"), chainOf(sig("c"), sig("d"))), sig("eb"))
+	if _, err := a.Apply(chainOf(sig("a"), inner, sig("e")), nil, Call{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(sent) != 1 || sent[0].Name != "a" {
+		t.Fatalf("sent %v; want the first step a", sent)
+	}
+	var got []string
+	for _, s := range sent[0].Embed.Chain {
+		got = append(got, s.Task+"/"+s.TaskID())
+		errbacks, _ := SignatureList(s.Options["link_error"])
+		if want := s.Task != "e"; (len(errbacks) == 1) != want {
+			t.Errorf("step %s has errbacks %v; want the inner chain's eb: %v", s.Task, errbacks, want)
+		}
+	}
+	if diff := cmp.Diff([]string{"e/e-id", "d/d-id", "c/c-id", "b/b-id"}, got); diff != "" {
+		t.Errorf("embed.chain mismatch (-want +got):\n%s", diff)
+	}
+}
+
 // TestLinkErrorAsCelery: link_error on a canvas lands where Celery's
 // link_error methods put it.
 func TestLinkErrorAsCelery(t *testing.T) {
