@@ -99,7 +99,19 @@ func (c *Client) ApplyGroup(ctx context.Context, g Signature) (*GroupResult, err
 		return nil, err
 	}
 	gid, _ := g.Options["task_id"].(string)
-	return c.GroupResult(gid, ids...), nil
+	res := c.GroupResult(gid, ids...)
+	// Each member's own ancestry (a chain's earlier steps, a chord's
+	// header), for the database backends, where Celery's join waits with
+	// each member's get(), which follows its parents. The members are
+	// frozen already: freezing them again gives the same ids.
+	if members, err := publish.SignatureList(g.Kwargs["tasks"]); err == nil && len(members) == len(res.Results) {
+		for i, m := range members {
+			if _, _, anc, err := c.freeze(m); err == nil {
+				res.Results[i].parents = anc
+			}
+		}
+	}
+	return res, nil
 }
 
 func (c *Client) applier(ctx context.Context) *publish.Applier {

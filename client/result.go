@@ -188,13 +188,17 @@ type GroupResult struct {
 // to happen, whichever member it is (Celery's join_native returns as soon
 // as one arrives, so a member that never finishes does not hide another's
 // failure); on the database backends the first in the group's order, as
-// Celery's join waits for each member in turn.
+// Celery's join waits for each member in turn, following each member's
+// parents as its get() does (for a group sent with ApplyGroup).
 func (g *GroupResult) Get(ctx context.Context) ([]any, error) {
 	out := make([]any, len(g.Results))
 	if len(g.Results) == 0 {
 		return out, nil
 	}
 	if _, ordered := g.Results[0].c.be.(backend.ChordUnlocker); ordered {
+		// Celery's join: each member's get(), which follows the member's
+		// parents (a failed earlier step of a member chain is raised
+		// though the member's own result never gets a state).
 		for i, r := range g.Results {
 			v, err := r.Get(ctx)
 			if err != nil {
@@ -225,7 +229,9 @@ func (g *GroupResult) Get(ctx context.Context) ([]any, error) {
 			}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				v, err := r.Get(ctx)
+				// join_native waits on the members alone, not their
+				// parents.
+				v, err := (&AsyncResult{ID: r.ID, c: r.c}).Get(ctx)
 				select {
 				case ch <- got{i, v, err}:
 				case <-ctx.Done():

@@ -13,6 +13,7 @@ import (
 	"github.com/celeriac/celeriac/backend/memory"
 	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
+	mtransport "github.com/celeriac/celeriac/transport/memory"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -93,6 +94,40 @@ func TestGroupResultJoinsInOrder(t *testing.T) {
 	var te *client.TaskError
 	if !errors.As(err, &te) || te.TaskID != "g3" || te.State != protocol.StateRevoked || te.Type != "TaskRevokedError" {
 		t.Fatalf("Get of a group with a revoked task = %v", err)
+	}
+}
+
+// unlocking is a backend that completes chords with chord_unlock (Celery's
+// database backends), over memory: GroupResult joins it in order.
+type unlocking struct{ *memory.Backend }
+
+func (unlocking) UnlockChord(context.Context, string, []string, string) (backend.ChordResult, error) {
+	return backend.ChordResult{}, nil
+}
+
+// TestGroupResultOrderedFollowsMemberParents: on the database backends a
+// member chain whose first step failed (its last step never gets a state)
+// fails the group, as Celery's join calls each member's get(), which
+// follows the member's parents.
+func TestGroupResultOrderedFollowsMemberParents(t *testing.T) {
+	mb := memory.New()
+	defer mb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := client.New(mtransport.New(mtransport.Config{}), client.Config{Backend: unlocking{mb}})
+	step := func(id string) client.Signature {
+		return client.NewSignature("tasks.add", []any{1}, nil, client.TaskID(id))
+	}
+	g, err := c.ApplyGroup(ctx, client.Group(step("m0"), client.Chain(step("first"), step("last"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store(t, mb, "m0", protocol.StateSuccess, int64(1), "")
+	store(t, mb, "first", protocol.StateFailure, &protocol.ExceptionInfo{Type: "ValueError", Module: "builtins", Message: []any{"x"}}, "")
+	_, err = g.Get(ctx)
+	var te *client.TaskError
+	if !errors.As(err, &te) || te.TaskID != "first" || te.Type != "ValueError" {
+		t.Fatalf("Get = %v; want the member chain's first step's ValueError", err)
 	}
 }
 

@@ -361,8 +361,9 @@ func idsTask(mux *worker.Mux) {
 	})
 }
 
-// TestWorkerPythonCanvasDetails: the ids Celery sets on chain steps and
-// group members, group_id and parent_id in the result meta, and a chord's
+// TestWorkerPythonCanvasDetails: the ids Celery sets on chain steps, group
+// members and a chord body behind a chain step, group_id and parent_id in
+// the result meta, and a chord's
 // failure reaching the body's errback, with a Python client on both
 // brokers.
 func TestWorkerPythonCanvasDetails(t *testing.T) {
@@ -394,6 +395,16 @@ def meta(task_id):
     return m
 assert meta(c.id).get("parent_id") == second.id, meta(c.id)
 assert meta(second.id).get("parent_id") == first.id, meta(second.id)
+# A chord behind a chain step: the worker that runs the step applies the
+# chord, and chord.run gives the body that step as parent_id (and its
+# root_id), whichever header task later completes the chord and sends the
+# body (a Python worker gives the same).
+c = chain(ids.clone(), chord([ids.clone(), ids.clone()], ids.clone()))()
+body = c.get(timeout=30)
+first = c.parent.parent
+assert body["id"] == c.id and body["parent_id"] == first.id and body["root_id"] == first.id, (body, first.id)
+for part in body["args"][0]:
+    assert part["parent_id"] == first.id and part["root_id"] == first.id, (part, first.id)
 # Group: every member knows its group, in the message and in the result meta.
 g = group(ids.clone(args=(i,)) for i in range(5))()
 got = g.get(timeout=30)

@@ -114,11 +114,15 @@ func (w *Worker) fail(r *run, err error, reason string) {
 	// steps fail too, so that a client waiting on the chain's last id wakes up,
 	// and a step that is a chord part (the last step of a chain in a chord's
 	// header) counts its part, or the chord would wait for it for ever.
+	// Each is stored as Celery stores it, with the step's own options as
+	// the request (Context(chain_elem) updated with its options): on rpc://
+	// the failure goes to the step's reply_to, where its client waits.
 	for _, s := range m.Embed.Chain {
 		id, _ := s.Options["task_id"].(string)
 		if id != "" && w.cfg.Backend != nil {
+			replyTo, _ := s.Options["reply_to"].(string)
 			w.storeMeta(r, &protocol.ResultMeta{TaskID: id, Status: protocol.StateFailure, Result: ex, Traceback: tb,
-				Children: []any{}, DateDone: time.Now().UTC(), ParentID: m.ID}, "")
+				Children: []any{}, DateDone: time.Now().UTC(), ParentID: m.ID}, replyTo)
 		}
 		if part, ok := chainPartOf(s, id); ok {
 			w.chordPartReturn(r, part, protocol.StateFailure, ex)

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/celeriac/celeriac/backend"
 	membackend "github.com/celeriac/celeriac/backend/memory"
 	"github.com/celeriac/celeriac/client"
 	"github.com/celeriac/celeriac/protocol"
@@ -756,4 +757,47 @@ func TestQueueOrderStrictAndWeighted(t *testing.T) {
 			t.Fatalf("arrival order ran all 6 high tasks first: %v", seen)
 		}
 	})
+}
+
+// replyRecorder is a backend that records the reply_to each result is
+// stored with (the rpc:// backend sends it there).
+type replyRecorder struct {
+	*membackend.Backend
+	mu      sync.Mutex
+	replyTo map[string]string
+}
+
+func (b *replyRecorder) Store(ctx context.Context, req backend.StoreRequest) error {
+	b.mu.Lock()
+	b.replyTo[req.Meta.TaskID] = req.ReplyTo
+	b.mu.Unlock()
+	return b.Backend.Store(ctx, req)
+}
+
+// TestFailedChainStepsGoToTheirReplyTo: when a chain step fails, the
+// remaining steps are stored as failed with each step's own reply_to, as
+// Celery's mark_as_failure stores them with Context(chain_elem): on rpc://
+// a client waiting on the chain's last step gets the failure.
+func TestFailedChainStepsGoToTheirReplyTo(t *testing.T) {
+	h := newHarness(t, worker.Config{})
+	be := &replyRecorder{Backend: h.be, replyTo: map[string]string{}}
+	h.cfg.Backend = be
+	h.mux.HandleFunc("tasks.fail", func(context.Context, *worker.Task) (any, error) {
+		return nil, worker.NewException("ValueError", "x")
+	})
+	h.mux.HandleFunc("tasks.add", add)
+	h.start()
+	first := client.NewSignature("tasks.fail", nil, nil, client.TaskID("first"), client.ReplyTo("rq"))
+	last := client.NewSignature("tasks.add", []any{int64(1)}, nil, client.TaskID("last"), client.ReplyTo("rq"))
+	if _, err := h.prod.Apply(context.Background(), client.Chain(first, last)); err != nil {
+		t.Fatal(err)
+	}
+	if m := h.wait("last"); m.Status != protocol.StateFailure {
+		t.Fatalf("the last step is %s, want FAILURE", m.Status)
+	}
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	if be.replyTo["last"] != "rq" {
+		t.Errorf("the last step's failure was stored with reply_to %q, want rq", be.replyTo["last"])
+	}
 }

@@ -171,6 +171,7 @@ func (a *Applier) Apply(sig protocol.Signature, extra []any, c Call) ([]string, 
 		if links, err := SignatureList(sig.Options["link"]); err == nil && len(links) > 0 {
 			tasks[len(tasks)-1] = appendListOption(tasks[len(tasks)-1].Clone(), "link", links)
 		}
+		tasks = spliceChains(tasks)
 		// The first step runs now; the rest ride along reversed, as Celery
 		// lays out embed.chain.
 		rest := make([]protocol.Signature, 0, len(tasks)-1)
@@ -207,6 +208,36 @@ func (a *Applier) Apply(sig protocol.Signature, extra []any, c Call) ([]string, 
 		return a.applyChord(sig, extra, c)
 	}
 	return nil, fmt.Errorf("celeriac: cannot apply a %q signature", sig.SubtaskType)
+}
+
+// spliceChains unrolls the chains among a chain's steps into their steps,
+// as Celery's prepare_steps does (steps_extend(task.tasks)) and chain |
+// chain does when a canvas is built (unchain_tasks, which gives the inner
+// chain's link_error to each of its steps): embed.chain then holds no
+// chain, so a failed step marks every later step failed (Celery's
+// mark_as_failure stores the failure under each chain element's task_id;
+// a nested chain's own id is not its last step's, which stood for the
+// canvas and never got a state). A nested chain's link goes to its last
+// step, as a chain's own does here.
+func spliceChains(tasks []protocol.Signature) []protocol.Signature {
+	var out []protocol.Signature
+	for _, t := range tasks {
+		inner, err := SignatureList(t.Kwargs["tasks"])
+		if t.SubtaskType != "chain" || err != nil || len(inner) == 0 {
+			out = append(out, t)
+			continue
+		}
+		if errbacks, err := SignatureList(t.Options["link_error"]); err == nil && len(errbacks) > 0 {
+			for i := range inner {
+				inner[i] = LinkError(inner[i], errbacks...)
+			}
+		}
+		if links, err := SignatureList(t.Options["link"]); err == nil && len(links) > 0 {
+			inner[len(inner)-1] = appendListOption(inner[len(inner)-1].Clone(), "link", links)
+		}
+		out = append(out, spliceChains(inner)...)
+	}
+	return out
 }
 
 func (a *Applier) applyGroup(sig protocol.Signature, extra []any, c Call) ([]string, error) {
@@ -307,6 +338,21 @@ func (a *Applier) applyChord(sig protocol.Signature, extra []any, c Call) ([]str
 	}
 	if id, _ := body.Options["task_id"].(string); id == "" {
 		body.Options["task_id"] = protocol.NewID()
+	}
+	// chord.run's body.options.update(options) also gives the body the
+	// parent_id and root_id the chord is applied with: a chord applied by
+	// a task (the next chain step, a callback) makes that task the body's
+	// parent, whichever task later sends the body (the header task whose
+	// on_chord_part_return completes the chord, or chord_unlock: both send
+	// it with body.delay, where the body's own parent_id wins over the
+	// current task's). A chain body drops them again, as chain.run takes
+	// parent_id as its own argument: its first step's parent is the task
+	// that sends it. Same in Celery 5.2.6, 5.5 and 5.6.
+	if c.ParentID != "" {
+		body.Options["parent_id"] = c.ParentID
+	}
+	if c.RootID != "" {
+		body.Options["root_id"] = c.RootID
 	}
 	gid, _ := header.Options["task_id"].(string)
 	if gid == "" {

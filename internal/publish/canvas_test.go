@@ -269,6 +269,90 @@ func TestChordBodyChordContinuesEnclosingChain(t *testing.T) {
 	}
 }
 
+// TestChordBodyParentIsTheApplyingTask: a chord applied by a task (the
+// next step of a chain after a, as a worker applies it) gives its body a
+// as parent_id, and the enclosing root_id, as chord.run's
+// body.options.update(options) does: whichever task fires the body later
+// (a header task on Redis, chord_unlock on the database backends) sends
+// it with that parent. A chain body's first step is not given them
+// (chain.run takes parent_id as its own argument).
+func TestChordBodyParentIsTheApplyingTask(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		body       protocol.Signature
+		wantParent any
+	}{
+		{"task body", sig("b"), "a-id"},
+		{"chain body", chainOf(sig("b1"), sig("b2")), nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var sent []*protocol.TaskMessage
+			a := &Applier{P: New(nil, Config{}), Publish: func(m *protocol.TaskMessage, _ Destination, _ *Options) error {
+				sent = append(sent, m)
+				return nil
+			}, SetChordSize: func(string, int) error { return nil }}
+			if _, err := a.Apply(chordOf("g", tt.body, sig("h")), []any{int64(1)}, Call{ParentID: "a-id", RootID: "root-id"}); err != nil {
+				t.Fatal(err)
+			}
+			if len(sent) != 1 || sent[0].Embed.Chord == nil {
+				t.Fatalf("sent %v; want the header task h with the chord body", sent)
+			}
+			if sent[0].ParentID != "a-id" {
+				t.Errorf("header task parent_id = %q, want a-id", sent[0].ParentID)
+			}
+			body, err := protocol.DecodeSignature(sent[0].Embed.Chord.Value())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if body.Options["parent_id"] != "a-id" || body.Options["root_id"] != "root-id" {
+				t.Fatalf("the body's options = %v, want parent_id a-id and root_id root-id", body.Options)
+			}
+			// The header task h completes the chord and sends the body.
+			sent = nil
+			if _, err := a.Apply(body, []any{[]any{int64(1)}}, Call{ParentID: "h-id", RootID: "root-id"}); err != nil {
+				t.Fatal(err)
+			}
+			want := tt.wantParent
+			if want == nil {
+				want = "h-id"
+			}
+			if len(sent) != 1 || sent[0].ParentID != want {
+				t.Errorf("the body was sent as %v, want one message with parent_id %v", sent, want)
+			}
+		})
+	}
+}
+
+// TestNestedChainSpliced: a chain among a chain's steps is unrolled into
+// its steps, as Celery's prepare_steps does, so that embed.chain names
+// each step's own task_id (a failure marks them all failed); the inner
+// chain's link_error goes to each of its steps.
+func TestNestedChainSpliced(t *testing.T) {
+	var sent []*protocol.TaskMessage
+	a := &Applier{P: New(nil, Config{}), Publish: func(m *protocol.TaskMessage, _ Destination, _ *Options) error {
+		sent = append(sent, m)
+		return nil
+	}}
+	inner := LinkError(chainOf(sig("b"), chainOf(sig("c"), sig("d"))), sig("eb"))
+	if _, err := a.Apply(chainOf(sig("a"), inner, sig("e")), nil, Call{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(sent) != 1 || sent[0].Name != "a" {
+		t.Fatalf("sent %v; want the first step a", sent)
+	}
+	var got []string
+	for _, s := range sent[0].Embed.Chain {
+		got = append(got, s.Task+"/"+s.TaskID())
+		errbacks, _ := SignatureList(s.Options["link_error"])
+		if want := s.Task != "e"; (len(errbacks) == 1) != want {
+			t.Errorf("step %s has errbacks %v; want the inner chain's eb: %v", s.Task, errbacks, want)
+		}
+	}
+	if diff := cmp.Diff([]string{"e/e-id", "d/d-id", "c/c-id", "b/b-id"}, got); diff != "" {
+		t.Errorf("embed.chain mismatch (-want +got):\n%s", diff)
+	}
+}
+
 // TestLinkErrorAsCelery: link_error on a canvas lands where Celery's
 // link_error methods put it.
 func TestLinkErrorAsCelery(t *testing.T) {
