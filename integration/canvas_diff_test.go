@@ -453,8 +453,10 @@ func cdKnown(n *cnode, fleet, py, pmsg string, stranded []string, gor, gmsg stri
 func chordOrCause(a, amsg, b, bmsg string) bool {
 	is := func(chord, msg, cause string) bool {
 		t, ok := strings.CutPrefix(cause, "error: ")
+		// chord_unlock's reason is "Dependency <id> raised <repr>", or the
+		// bare repr when it finds no culprit among the header's results.
 		return chord == "error: ChordError" && ok && t != "ChordError" && t != "TIMEOUT" &&
-			strings.Contains(msg, " raised "+t+"(")
+			(strings.Contains(msg, " raised "+t+"(") || strings.HasPrefix(msg, t+"("))
 	}
 	return is(a, amsg, b) || is(b, bmsg, a)
 }
@@ -695,6 +697,8 @@ func TestChordOrCause(t *testing.T) {
 		{"error: ChordError", dep, "error: TIMEOUT", "", false},
 		{"error: ChordError", dep, "[1 2]", "", false},
 		{"error: ValueError", "n5", "error: ValueError", "n5", false},
+		{"error: ChordError", "ValueError('cd_fail n30')", "error: ValueError", "cd_fail n30", true},
+		{"error: ChordError", "TypeError('x')", "error: ValueError", "x", false},
 	}
 	for _, tt := range tests {
 		if got := chordOrCause(tt.a, tt.amsg, tt.b, tt.bmsg); got != tt.want {
