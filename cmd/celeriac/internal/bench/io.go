@@ -920,30 +920,35 @@ func (e *ioEnv) runWorker(ctx context.Context, w IOWorker) (res IOResult) {
 	return res
 }
 
-// publish is publishN, or on RabbitMQ publishConcurrent: there every
-// publish waits for its confirm, a round trip that one sender cannot
-// overlap, so one sender would cap the drain (at about 700 tasks a second
-// on the 2-core test machine) and fall behind the open loop's schedule.
+// publish sends n tasks of run with publishTasks: one publish at a time
+// on Redis, up to publishSenders on RabbitMQ, where every publish waits for
+// its confirm, a round trip that one sender cannot overlap, so one sender
+// would cap the drain (at about 700 tasks a second on the 2-core test
+// machine) and fall behind the open loop's schedule.
 func (e *ioEnv) publish(ctx context.Context, run string, n int, gaps []time.Duration, results bool) (*resultWaits, error) {
+	senders := 1
 	if e.o.Broker == "amqp" {
-		return publishConcurrent(ctx, e.pub, e.srv, run, n, gaps, results)
+		senders = publishSenders
 	}
-	return publishN(ctx, e.pub, e.srv, run, n, gaps, results)
+	return publishTasks(ctx, e.pub, e.srv, run, n, gaps, results, senders)
 }
 
-// publishSenders bounds publishConcurrent's publishes in flight.
+// publishSenders bounds the publishes in flight on RabbitMQ.
 const publishSenders = 64
 
-// publishConcurrent is publishN with up to publishSenders publishes in
-// flight: all at once without gaps, else each started at its due time.
-func publishConcurrent(ctx context.Context, pub *client.Client, srv *ioServer, run string, n int, gaps []time.Duration, results bool) (*resultWaits, error) {
+// publishTasks sends n tasks of run, each after its gap (none: at once),
+// on an open-loop schedule: a late publish does not delay the next one's
+// due time. At most senders publishes are in flight; with 1, each starts
+// once the one before is sent. With results, each task is awaited by a Get
+// of its own from its publish on, as a caller of .delay().get() would.
+func publishTasks(ctx context.Context, pub *client.Client, srv *ioServer, run string, n int, gaps []time.Duration, results bool, senders int) (*resultWaits, error) {
 	var rw *resultWaits
 	if results {
 		rw = &resultWaits{ctx: ctx}
 	}
 	var mu sync.Mutex
 	var first error
-	slots := make(chan struct{}, publishSenders)
+	slots := make(chan struct{}, senders)
 	var wg sync.WaitGroup
 	due := time.Now()
 	for i := range n {
@@ -980,35 +985,6 @@ func publishConcurrent(ctx context.Context, pub *client.Client, srv *ioServer, r
 	}
 	wg.Wait()
 	return rw, first
-}
-
-// publishN sends n tasks of run, each after its gap (none: at once), on
-// an open-loop schedule: a late publish does not delay the next one's due
-// time. With results, each task is awaited by a Get of its own from its
-// publish on, as a caller of .delay().get() would.
-func publishN(ctx context.Context, pub *client.Client, srv *ioServer, run string, n int, gaps []time.Duration, results bool) (*resultWaits, error) {
-	var rw *resultWaits
-	if results {
-		rw = &resultWaits{ctx: ctx}
-	}
-	due := time.Now()
-	for i := range n {
-		if gaps != nil {
-			due = due.Add(gaps[i])
-			if d := time.Until(due); d > 0 {
-				time.Sleep(d)
-			}
-		}
-		at := time.Now()
-		r, err := pub.Send(ctx, "bench.io", []any{srv.url(run, i, at)}, nil)
-		if err != nil {
-			return rw, err
-		}
-		if rw != nil {
-			rw.add(r, at)
-		}
-	}
-	return rw, nil
 }
 
 // resultWaits are the Gets of one open-loop level.
