@@ -271,12 +271,22 @@ func TestBackendPublishWakesGet(t *testing.T) {
 		}
 	}
 
+	// The control's SET must come after Python's one GET that follows its
+	// SUBSCRIBE, or the GET finds it (CI, stop 34).
+	waitPolled := func(p *pyProc) {
+		t.Helper()
+		if l := p.next(t, 30*time.Second); l["event"] != "polled" {
+			t.Fatalf("python: %v, want its first read of the key", l)
+		}
+	}
+
 	id := itID("wake")
 	p := pyStart(t, env, "wait_one", id, "10")
 	if l := p.next(t, 30*time.Second); l["event"] != "waiting" {
 		t.Fatalf("python: %v", l)
 	}
 	waitSubscribed(be.TaskKey(id))
+	waitPolled(p)
 	storeSuccess(t, be, id, "woken")
 	l := p.next(t, 30*time.Second)
 	if l["ok"] != true || l["value"] != "woken" {
@@ -291,6 +301,7 @@ func TestBackendPublishWakesGet(t *testing.T) {
 		t.Fatalf("python: %v", l)
 	}
 	waitSubscribed(be.TaskKey(control))
+	waitPolled(p)
 	doc, err := protocol.EncodeResult(&protocol.ResultMeta{TaskID: control, Status: protocol.StateSuccess, Result: "silent"}, protocol.ContentTypeJSON)
 	if err != nil {
 		t.Fatal(err)

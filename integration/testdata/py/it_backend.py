@@ -59,6 +59,16 @@ def wait_one(task_id, timeout):
     """Block in .get() before the result exists; report how long it took."""
     app = make_app()
     res = app.AsyncResult(task_id)
+    # Celery's Redis consumer reads the key once after it subscribes
+    # (ResultConsumer.on_wait_for_pending); "polled" tells the test that
+    # read is over, so a later write can reach .get() only through PUBLISH.
+    consumer = app.backend.result_consumer
+    first_read = consumer.on_wait_for_pending
+
+    def polled(*args, **kwargs):
+        first_read(*args, **kwargs)
+        emit(event="polled")
+    consumer.on_wait_for_pending = polled
     emit(event="waiting")
     start = time.monotonic()
     try:
