@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/celeriac/celeriac/transport/internal/commit"
 )
 
 // acker coalesces the acks of one channel. Acks asked for while another is
@@ -32,16 +34,10 @@ type acker struct {
 
 	mu       sync.Mutex
 	ledger   tagLedger
-	queued   []uint64  // tags to ack, not yet written
-	batch    *ackBatch // the batch that queued joins
-	flushing bool      // a goroutine is writing acks
+	queued   []uint64        // tags to ack, not yet written
+	batch    *commit.Outcome // the outcome of the write that queued joins
+	flushing bool            // a goroutine is writing acks
 	spare    []uint64
-}
-
-// ackBatch is the outcome of one write of acks.
-type ackBatch struct {
-	done chan struct{}
-	err  error
 }
 
 func newAcker(ch *amqp091.Channel, written func(n int)) *acker {
@@ -55,11 +51,11 @@ func (a *acker) ack(tag uint64) (wait func(context.Context) error) {
 	a.queued = append(a.queued, tag)
 	if a.flushing {
 		if a.batch == nil {
-			a.batch = &ackBatch{done: make(chan struct{})}
+			a.batch = commit.NewOutcome()
 		}
 		b := a.batch
 		a.mu.Unlock()
-		return b.wait
+		return b.Wait
 	}
 	// Write this ack, then those asked for meanwhile, until none is left.
 	// The first batch is this ack alone: nobody waits on it but us.
@@ -77,8 +73,7 @@ func (a *acker) ack(tag uint64) (wait func(context.Context) error) {
 			first, own = false, err
 		}
 		if b != nil {
-			b.err = err
-			close(b.done)
+			b.Report(err)
 		}
 		a.written(len(q))
 
@@ -110,20 +105,6 @@ func (a *acker) write(upto uint64, rest []uint64) error {
 		}
 	}
 	return nil
-}
-
-func (b *ackBatch) wait(ctx context.Context) error {
-	select {
-	case <-b.done:
-		return b.err
-	default:
-	}
-	select {
-	case <-b.done:
-		return b.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // settled records tag as settled with the broker (rejected, its frame

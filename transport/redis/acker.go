@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/celeriac/celeriac/transport"
+	"github.com/celeriac/celeriac/transport/internal/commit"
 )
 
 // acker batches acks (group commit): whatever acks arrive while one flush
@@ -30,27 +31,12 @@ type acker struct {
 
 type ackBatch struct {
 	tags []string
-	done chan struct{}
-	err  error
+	out  *commit.Outcome
 }
 
-func newAckBatch() *ackBatch { return &ackBatch{done: make(chan struct{})} }
+func newAckBatch() *ackBatch { return &ackBatch{out: commit.NewOutcome()} }
 
-func (b *ackBatch) wait(ctx context.Context) error {
-	// An ack that already finished reports its outcome even when ctx has
-	// ended meanwhile (a select would pick either at random).
-	select {
-	case <-b.done:
-		return b.err
-	default:
-	}
-	select {
-	case <-b.done:
-		return b.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (b *ackBatch) wait(ctx context.Context) error { return b.out.Wait(ctx) }
 
 func newAcker(t *Transport) *acker {
 	return &acker{t: t, pending: newAckBatch()}
@@ -93,7 +79,7 @@ func (a *acker) ack(ctx context.Context, tag string) error {
 		a.leading = false
 	}
 	a.mu.Unlock()
-	return b.err
+	return b.out.Err()
 }
 
 // ackAsync queues an ack for a goroutine of the acker's to write and
@@ -143,7 +129,7 @@ func (a *acker) close() {
 // flush writes a batch, retrying, and reports to its waiters.
 func (a *acker) flush(b *ackBatch, stop <-chan struct{}) {
 	if len(b.tags) == 0 {
-		close(b.done)
+		b.out.Report(nil)
 		return
 	}
 	err := a.write(b)
@@ -188,11 +174,11 @@ func (a *acker) write(b *ackBatch) error {
 // finish reports a batch's outcome to its waiters.
 func (a *acker) finish(b *ackBatch, err error) {
 	if err != nil {
-		b.err = fmt.Errorf("redis: ack: %w", err)
 		a.t.log.Error("redis: acks failed; the messages stay unacked and come back after the visibility timeout",
 			zap.Int("count", len(b.tags)), zap.Error(err))
+		err = fmt.Errorf("redis: ack: %w", err)
 	}
-	close(b.done)
+	b.out.Report(err)
 }
 
 // retry writes a batch whose first attempt failed with err, backing off
