@@ -103,18 +103,53 @@ func BenchmarkConsumeAck(b *testing.B) {
 }
 
 // BenchmarkConsumeAckPaired measures both consumers within each benchmark
-// run, in the order celeriac, amqp091, amqp091, celeriac (half of b.N
-// messages each time), so that load drifting on a shared machine affects
-// both alike. It reports each side's rate and their ratio:
+// run (see pairedRun), each reading the task name and id of every delivery
+// and acking it before the next. It reports each side's rate and their
+// ratio:
 //
 //	go test -run '^$' -bench ConsumeAckPaired -benchtime 20000x -count 5 ./transport/amqp
 func BenchmarkConsumeAckPaired(b *testing.B) {
+	ctx := context.Background()
+	pairedRun(b, "paired", func(c transport.Consumer, n int) {
+		for range n {
+			d := <-c.Deliveries()
+			task, _ := d.Message.Headers["task"].(string)
+			id, _ := d.Message.Headers["id"].(string)
+			if task == "" || id == "" {
+				b.Fatal("no task name or id")
+			}
+			if err := d.Ack(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}, func(dels <-chan amqp091.Delivery, n int) {
+		for range n {
+			d := <-dels
+			task, _ := d.Headers["task"].(string)
+			id, _ := d.Headers["id"].(string)
+			if task == "" || id == "" {
+				b.Fatal("no task name or id")
+			}
+			if err := d.Ack(false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// pairedRun preloads four queues with b.N/2 messages each and drains them
+// in the order celeriac, amqp091, amqp091, celeriac, with prefetch 256, so
+// that load drifting on a shared machine affects both consumers alike.
+// drainCeleriac and drainBare each consume n deliveries of one queue. It
+// checks the queues are empty after, and reports each side's rate, its
+// CPU per message and their ratio.
+func pairedRun(b *testing.B, prefix string, drainCeleriac func(c transport.Consumer, n int), drainBare func(dels <-chan amqp091.Delivery, n int)) {
 	h := newHarness(b, Config{})
 	a := newAdmin(b)
 	half := max(b.N/2, 1)
 	var queues [4]string
 	for i := range queues {
-		queues[i] = h.q("paired" + strconv.Itoa(i))
+		queues[i] = h.q(prefix + strconv.Itoa(i))
 		a.cleanup([]string{queues[i]}, []string{queues[i]})
 		a.declare(queues[i], nil)
 		preload(b, queues[i], half)
@@ -126,6 +161,7 @@ func BenchmarkConsumeAckPaired(b *testing.B) {
 	defer conn.Close()
 	ctx := context.Background()
 	var celeriac, bare, celeriacCPU, bareCPU time.Duration
+	b.ReportAllocs()
 	b.ResetTimer()
 	for i, q := range queues {
 		start, startCPU := time.Now(), cpuTime(b)
@@ -134,17 +170,7 @@ func BenchmarkConsumeAckPaired(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			for range half {
-				d := <-c.Deliveries()
-				task, _ := d.Message.Headers["task"].(string)
-				id, _ := d.Message.Headers["id"].(string)
-				if task == "" || id == "" {
-					b.Fatal("no task name or id")
-				}
-				if err := d.Ack(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
+			drainCeleriac(c, half)
 			celeriac += time.Since(start)
 			celeriacCPU += cpuTime(b) - startCPU
 			if err := c.Stop(ctx); err != nil {
@@ -163,22 +189,17 @@ func BenchmarkConsumeAckPaired(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for range half {
-			d := <-dels
-			task, _ := d.Headers["task"].(string)
-			id, _ := d.Headers["id"].(string)
-			if task == "" || id == "" {
-				b.Fatal("no task name or id")
-			}
-			if err := d.Ack(false); err != nil {
-				b.Fatal(err)
-			}
-		}
+		drainBare(dels, half)
 		bare += time.Since(start)
 		bareCPU += cpuTime(b) - startCPU
 		_ = ch.Close()
 	}
 	b.StopTimer()
+	for _, q := range queues {
+		if n := a.ready(q); n != 0 {
+			b.Fatalf("queue %s: %d messages left after the drain", q, n)
+		}
+	}
 	b.ReportMetric(float64(2*half)/celeriac.Seconds(), "celeriac-msg/s")
 	b.ReportMetric(float64(2*half)/bare.Seconds(), "amqp091-msg/s")
 	b.ReportMetric(bare.Seconds()/celeriac.Seconds(), "celeriac/amqp091")
@@ -244,97 +265,44 @@ func preload(b testing.TB, q string, n int) {
 //
 //	go test -run '^$' -bench ConsumeAckWorkers -benchtime 20000x -count 5 ./transport/amqp
 func BenchmarkConsumeAckWorkers(b *testing.B) {
-	h := newHarness(b, Config{})
-	a := newAdmin(b)
-	half := max(b.N/2, 1)
-	var queues [4]string
-	for i := range queues {
-		queues[i] = h.q("workers" + strconv.Itoa(i))
-		a.cleanup([]string{queues[i]}, []string{queues[i]})
-		a.declare(queues[i], nil)
-		preload(b, queues[i], half)
-	}
-	conn, err := amqp091.Dial(transporttest.AMQPURL(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
 	ctx := context.Background()
-	var celeriac, bare, celeriacCPU, bareCPU time.Duration
 	var failed atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i, q := range queues {
-		start, startCPU := time.Now(), cpuTime(b)
+	// each runs ack in a goroutine of its own, at most 100 at a time.
+	each := func(n int, next func() func() error) {
 		slots := make(chan struct{}, 100)
 		var wg sync.WaitGroup
-		if i == 0 || i == 3 {
-			c, err := h.tr.Consume(ctx, []transport.Queue{{Name: q}}, transport.ConsumeOptions{Prefetch: 256})
-			if err != nil {
-				b.Fatal(err)
-			}
-			for range half {
-				d := <-c.Deliveries()
-				slots <- struct{}{}
-				wg.Go(func() {
-					defer func() { <-slots }()
-					wait, err := d.AckAsync(ctx)
-					if err == nil {
-						err = wait(ctx)
-					}
-					if err != nil {
-						failed.Add(1)
-					}
-				})
-			}
-			wg.Wait()
-			celeriac += time.Since(start)
-			celeriacCPU += cpuTime(b) - startCPU
-			if err := c.Stop(ctx); err != nil {
-				b.Fatal(err)
-			}
-			continue
-		}
-		ch, err := conn.Channel()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := ch.Qos(256, 0, true); err != nil {
-			b.Fatal(err)
-		}
-		dels, err := ch.Consume(q, "", false, false, false, false, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for range half {
-			d := <-dels
+		for range n {
+			ack := next()
 			slots <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-slots }()
-				if err := d.Ack(false); err != nil {
+				if err := ack(); err != nil {
 					failed.Add(1)
 				}
 			})
 		}
 		wg.Wait()
-		bare += time.Since(start)
-		bareCPU += cpuTime(b) - startCPU
-		_ = ch.Close()
 	}
-	b.StopTimer()
+	pairedRun(b, "workers", func(c transport.Consumer, n int) {
+		each(n, func() func() error {
+			d := <-c.Deliveries()
+			return func() error {
+				wait, err := d.AckAsync(ctx)
+				if err == nil {
+					err = wait(ctx)
+				}
+				return err
+			}
+		})
+	}, func(dels <-chan amqp091.Delivery, n int) {
+		each(n, func() func() error {
+			d := <-dels
+			return func() error { return d.Ack(false) }
+		})
+	})
 	if n := failed.Load(); n > 0 {
 		b.Fatalf("%d acks failed", n)
 	}
-	for _, q := range queues {
-		if n := a.ready(q); n != 0 {
-			b.Fatalf("queue %s: %d messages left after the drain", q, n)
-		}
-	}
-	b.ReportMetric(float64(2*half)/celeriac.Seconds(), "celeriac-msg/s")
-	b.ReportMetric(float64(2*half)/bare.Seconds(), "amqp091-msg/s")
-	b.ReportMetric(bare.Seconds()/celeriac.Seconds(), "celeriac/amqp091")
-	b.ReportMetric(float64(celeriacCPU.Microseconds())/float64(2*half), "celeriac-cpu-µs/msg")
-	b.ReportMetric(float64(bareCPU.Microseconds())/float64(2*half), "amqp091-cpu-µs/msg")
 }
 
 // BenchmarkMessageFromDelivery converts a received Celery task delivery
