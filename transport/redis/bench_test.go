@@ -282,10 +282,14 @@ func commandUsec(b *testing.B, rdb *goredis.Client, cmds ...string) float64 {
 // the pop with its reply, kombu's unacked record of each message (HSET and
 // ZADD) keyed by a made-up tag, the record in kombu's format
 // ([envelope, exchange, routing_key]), and the real script, which also
-// reads each envelope's delivery tag, exchange and routing key. The
-// unacked hash and index already hold 1 000 messages, a worker's window. The metric
-// redis-µs/msg is Redis' own time in EVALSHA (INFO commandstats), so run it
-// against a Redis nobody else runs scripts on:
+// reads each envelope's delivery tag, exchange and routing key. A last
+// stage, staging, is the design without Lua: LMOVE each message into a
+// list of the consumer's own, write kombu's records from the client. The
+// unacked hash and index already hold 1 000 messages, a worker's window.
+// redis-µs/msg is Redis' time in commands (INFO commandstats: a script's
+// commands count in its EVALSHA), redis-cpu-µs/msg the Redis process's
+// CPU time (INFO cpu, which also counts parsing commands and writing
+// replies), so run it against a Redis nobody else uses:
 //
 //	CELERIAC_REDIS_URL=redis://127.0.0.1:6393 go test ./transport/redis -run '^$' -bench ConsumeScriptCost -count 6
 //
@@ -294,22 +298,63 @@ func commandUsec(b *testing.B, rdb *goredis.Client, cmds ...string) float64 {
 // needs; the record itself is what every kombu-compatible consumer pays.
 func BenchmarkConsumeScriptCost(b *testing.B) {
 	const batch, heldN = 256, 1000
-	stages := []struct{ name, src string }{
-		{"pop", `local v = redis.call('RPOP', KEYS[3], ARGV[1]); return #v`},
-		{"pop+reply", `return redis.call('RPOP', KEYS[3], ARGV[1])`},
-		{"record", `local v = redis.call('RPOP', KEYS[3], ARGV[1]); local h, z = {}, {}
+	stages := []struct {
+		name, src string
+		// run, for a stage without a script: pop and record the batch
+		// from the client.
+		run func(ctx context.Context, r *goredis.Client, ks []string, prefix string) error
+	}{
+		{name: "pop", src: `local v = redis.call('RPOP', KEYS[3], ARGV[1]); return #v`},
+		{name: "pop+reply", src: `return redis.call('RPOP', KEYS[3], ARGV[1])`},
+		{name: "record", src: `local v = redis.call('RPOP', KEYS[3], ARGV[1]); local h, z = {}, {}
 for i, x in ipairs(v) do h[#h+1] = ARGV[6]..i; h[#h+1] = x; z[#z+1] = ARGV[2]; z[#z+1] = ARGV[6]..i end
 redis.call('HSET', KEYS[1], unpack(h)); redis.call('ZADD', KEYS[2], unpack(z)); return v`},
-		{"record-kombu", `local v = redis.call('RPOP', KEYS[3], ARGV[1]); local h, z = {}, {}
+		{name: "record-kombu", src: `local v = redis.call('RPOP', KEYS[3], ARGV[1]); local h, z = {}, {}
 for i, x in ipairs(v) do h[#h+1] = ARGV[6]..i; h[#h+1] = '[' .. x .. ', "", "q"]'; z[#z+1] = ARGV[2]; z[#z+1] = ARGV[6]..i end
 redis.call('HSET', KEYS[1], unpack(h)); redis.call('ZADD', KEYS[2], unpack(z)); return v`},
-		{"consume.lua", luaConsume},
+		{name: "consume.lua", src: luaConsume},
+		// The staging-list design (docs/performance.md), not built: one
+		// LMOVE a message into a list of the consumer's own, then kombu's
+		// record written from the client, and the staging list emptied.
+		{name: "staging", run: func(ctx context.Context, r *goredis.Client, ks []string, prefix string) error {
+			staging := ks[len(ks)-1] + ".staging"
+			moves, err := r.Pipelined(ctx, func(p goredis.Pipeliner) error {
+				for range batch {
+					p.LMove(ctx, ks[2], staging, "RIGHT", "LEFT")
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			h := make([]any, 0, 2*len(moves))
+			z := make([]goredis.Z, 0, len(moves))
+			at := scoreFloat(time.Now())
+			for i, m := range moves {
+				tag := prefix + strconv.Itoa(i+1)
+				h = append(h, tag, "["+m.(*goredis.StringCmd).Val()+`, "", "q"]`)
+				z = append(z, goredis.Z{Score: at, Member: tag})
+			}
+			_, err = r.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+				p.HSet(ctx, ks[0], h...)
+				p.ZAdd(ctx, ks[1], z...)
+				p.Del(ctx, staging)
+				return nil
+			})
+			return err
+		}},
 	}
 	for _, st := range stages {
 		b.Run(st.name, func(b *testing.B) {
 			e := newEnv(b)
 			ctx := context.Background()
-			scr := goredis.NewScript(st.src)
+			run := st.run
+			if run == nil {
+				scr := goredis.NewScript(st.src)
+				run = func(ctx context.Context, r *goredis.Client, ks []string, prefix string) error {
+					return scr.Run(ctx, r, ks, batch, score(time.Now()), 1, 4, "1", prefix, "1", "q").Err()
+				}
+			}
 			k := keys{prefix: e.prefix, sep: DefaultSep, steps: []int{0, 3, 6, 9}}
 			ks := []string{e.key("unacked"), e.key("unacked_index")}
 			for _, s := range k.steps {
@@ -333,7 +378,7 @@ redis.call('HSET', KEYS[1], unpack(h)); redis.call('ZADD', KEYS[2], unpack(z)); 
 				b.Fatal(err)
 			}
 			items := make([]any, batch)
-			var redisTime time.Duration
+			var redisTime, redisCPU time.Duration
 			msgs := 0
 			for b.Loop() {
 				b.StopTimer()
@@ -350,40 +395,64 @@ redis.call('HSET', KEYS[1], unpack(h)); redis.call('ZADD', KEYS[2], unpack(z)); 
 				if err := e.raw.LPush(ctx, ks[2], items...).Err(); err != nil {
 					b.Fatal(err)
 				}
-				before := evalshaTime(b, e.raw)
+				before, beforeCPU := commandTime(b, e.raw), serverCPU(b, e.raw)
 				b.StartTimer()
-				if err := scr.Run(ctx, e.raw, ks, batch, score(time.Now()), 1, 4, "1", prefix, "1", "q").Err(); err != nil {
+				if err := run(ctx, e.raw, ks, prefix); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()
-				redisTime += evalshaTime(b, e.raw) - before
+				redisCPU += serverCPU(b, e.raw) - beforeCPU
+				redisTime += commandTime(b, e.raw) - before
 				msgs += batch
 				e.raw.HDel(ctx, ks[0], tags...)
 				e.raw.ZRem(ctx, ks[1], tags)
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(redisTime.Nanoseconds())/1e3/float64(msgs), "redis-µs/msg")
+			b.ReportMetric(float64(redisCPU.Nanoseconds())/1e3/float64(msgs), "redis-cpu-µs/msg")
 		})
 	}
 }
 
-// evalshaTime is Redis' total time in EVALSHA so far (INFO commandstats).
-func evalshaTime(b *testing.B, r *goredis.Client) time.Duration {
+// commandTime is Redis' total time in commands so far (INFO commandstats),
+// leaving out INFO itself: a script's commands count in its EVALSHA.
+func commandTime(b *testing.B, r *goredis.Client) time.Duration {
 	info, err := r.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
+	var total time.Duration
 	for l := range strings.SplitSeq(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_evalsha:")
-		if !ok {
+		l = strings.TrimSpace(l)
+		if !strings.HasPrefix(l, "cmdstat_") || strings.HasPrefix(l, "cmdstat_info:") {
 			continue
 		}
+		_, rest, _ := strings.Cut(l, ":")
 		for f := range strings.SplitSeq(rest, ",") {
 			if v, ok := strings.CutPrefix(f, "usec="); ok {
 				us, _ := strconv.ParseInt(v, 10, 64)
-				return time.Duration(us) * time.Microsecond
+				total += time.Duration(us) * time.Microsecond
 			}
 		}
 	}
-	return 0
+	return total
+}
+
+// serverCPU is the Redis process's user+system CPU time so far (INFO cpu):
+// unlike commandTime it also counts reading and parsing commands and
+// writing replies, which a pipeline of many small commands pays for each.
+func serverCPU(b *testing.B, r *goredis.Client) time.Duration {
+	info, err := r.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for l := range strings.SplitSeq(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
