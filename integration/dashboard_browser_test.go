@@ -321,7 +321,11 @@ func TestDashboardBrowser(t *testing.T) {
 				own := startOwnRedis(t, "", nil)
 				e.broker, e.backend = own.URL(0), own.URL(1)
 			case "rabbitmq":
-				e.broker, e.backend = amqpURL(t), redisDBURL(t, cliRedisDB)
+				// A vhost of its own: on the shared one the dashboard also
+				// sees every other suite's workers and tasks (the gray
+				// matrix's 10 000 flt.record tasks pushed this test's task
+				// off the tasks page, CI 4 December 2026).
+				e.broker, e.backend = ownVhost(t, amqpURL(t), "it_dash_"+r), redisDBURL(t, cliRedisDB)
 				e.dlx = e.goQ + ".dlx"
 			}
 			var extra []string

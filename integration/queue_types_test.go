@@ -100,6 +100,26 @@ func amqpVhost(t *testing.T, broker string) string {
 	return v
 }
 
+// ownVhost creates the virtual host name on broker's RabbitMQ, lets
+// broker's user use it, deletes it when the test ends, and returns broker's
+// URL on it.
+func ownVhost(t *testing.T, broker, name string) string {
+	t.Helper()
+	u, err := url.Parse(broker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rabbitmqctl(t, "add_vhost", name)
+	t.Cleanup(func() {
+		if out, err := exec.Command("rabbitmqctl", "delete_vhost", name).CombinedOutput(); err != nil {
+			t.Logf("rabbitmqctl delete_vhost %s: %v\n%s", name, err, out)
+		}
+	})
+	rabbitmqctl(t, "set_permissions", "-p", name, u.User.Username(), ".*", ".*", ".*")
+	u.Path, u.RawPath = "/"+name, ""
+	return u.String()
+}
+
 // declaredTypes reads every queue's type and the type of the exchange of
 // the same name ("quorum topic"), as the broker holds them.
 func declaredTypes(t *testing.T, broker string) map[string]string {
