@@ -476,25 +476,12 @@ func cdKnown(n *cnode, fleet, py, pmsg string, stranded []string, gor, gmsg stri
 // whose body is a chain: a chord with a chain body, or a chord followed by
 // more steps in a chain (Celery's chain() folds them into its body).
 func chordChainBody(n *cnode) bool {
-	if n == nil {
-		return false
-	}
-	if n.T == "chord" && n.B != nil && n.B.T == "chain" && !groupLed(n.B) {
-		return true
-	}
-	if n.T == "chain" {
-		for _, c := range n.C[:max(len(n.C)-1, 0)] {
-			if c.T == "chord" {
-				return true
-			}
-		}
-	}
-	for _, c := range n.C {
-		if chordChainBody(c) {
+	return cdAny(n, func(n *cnode) bool {
+		if n.T == "chord" && n.B != nil && n.B.T == "chain" && !groupLed(n.B) {
 			return true
 		}
-	}
-	return chordChainBody(n.B) || chordChainBody(n.Link) || chordChainBody(n.Err)
+		return n.T == "chain" && slices.ContainsFunc(n.C[:max(len(n.C)-1, 0)], func(c *cnode) bool { return c.T == "chord" })
+	})
 }
 
 // chordChordBody reports whether Celery's canvas built from n has a chord
@@ -502,21 +489,26 @@ func chordChainBody(n *cnode) bool {
 // group of two or more followed by more steps (prepare_steps makes it
 // chord(group, rest)).
 func chordChordBody(n *cnode) bool {
+	return cdAny(n, func(n *cnode) bool {
+		return n.T == "chord" && n.B != nil && (n.B.T == "chord" || groupLed(n.B))
+	})
+}
+
+// cdAny reports whether match holds for n or any node below it: steps and
+// members, a chord's body, links and errbacks.
+func cdAny(n *cnode, match func(*cnode) bool) bool {
 	if n == nil {
 		return false
 	}
-	if n.T == "chord" && n.B != nil {
-		b := n.B
-		if b.T == "chord" || groupLed(b) {
-			return true
-		}
+	if match(n) {
+		return true
 	}
 	for _, c := range n.C {
-		if chordChordBody(c) {
+		if cdAny(c, match) {
 			return true
 		}
 	}
-	return chordChordBody(n.B) || chordChordBody(n.Link) || chordChordBody(n.Err)
+	return cdAny(n.B, match) || cdAny(n.Link, match) || cdAny(n.Err, match)
 }
 
 // groupLed reports whether chain n starts with a group of two or more
@@ -559,18 +551,9 @@ func chordOrCause(a, amsg, b, bmsg string) bool {
 // one-member group), and whose third is a chain: the shape Celery's
 // chain() turns into chord(group, body=group) followed by the rest.
 func groupGroupChain(n *cnode) bool {
-	if n == nil {
-		return false
-	}
-	if n.T == "chain" && len(n.C) >= 3 && n.C[0].T == "group" && len(n.C[0].C) >= 2 && n.C[1].T == "group" && n.C[2].T == "chain" {
-		return true
-	}
-	for _, c := range n.C {
-		if groupGroupChain(c) {
-			return true
-		}
-	}
-	return groupGroupChain(n.B)
+	return cdAny(n, func(n *cnode) bool {
+		return n.T == "chain" && len(n.C) >= 3 && n.C[0].T == "group" && len(n.C[0].C) >= 2 && n.C[1].T == "group" && n.C[2].T == "chain"
+	})
 }
 
 // TestCanvasDifferential: random canvases built by Celery in Python and by
@@ -787,55 +770,47 @@ func cdClient(t *testing.T, bc brokerCase, queue string) *client.Client {
 	return client.New(conn.Transport, client.Config{Backend: be, DefaultQueue: queue})
 }
 
-func TestChordChainBody(t *testing.T) {
+// TestCanvasShapes: the predicates by which cdKnown recognises the shapes
+// Celery builds differently from what they look like.
+func TestCanvasShapes(t *testing.T) {
 	task := func(tag string) *cnode { return &cnode{T: "task", Tag: tag} }
 	chord := func(b *cnode, c ...*cnode) *cnode { return &cnode{T: "chord", C: c, B: b} }
 	chain := func(c ...*cnode) *cnode { return &cnode{T: "chain", C: c} }
 	group := func(c ...*cnode) *cnode { return &cnode{T: "group", C: c} }
+	ab := group(task("a"), task("b"))
+	preds := map[string]func(*cnode) bool{"groupGroupChain": groupGroupChain, "chordChainBody": chordChainBody, "chordChordBody": chordChordBody}
 	tests := []struct {
-		name string
-		n    *cnode
-		want bool
+		pred, name string
+		n          *cnode
+		want       bool
 	}{
-		{"task", task("a"), false},
-		{"chord, task body", chord(task("b"), task("a")), false},
-		{"chord, chain body", chord(chain(task("b"), task("c")), task("a")), true},
-		{"chord, chain(group, task) body: a chord for Celery", chord(chain(group(task("b"), task("c")), task("d")), task("a")), false},
-		{"chord, group body", chord(group(task("b"), task("c")), task("a")), false},
-		{"chord last in a chain", chain(task("x"), chord(task("b"), task("a"))), false},
-		{"chord then a task", chain(chord(task("b"), task("a")), task("x")), true},
-		{"chord as a chord's body, then a chord", chain(chord(chord(task("c"), task("b")), task("a")), chord(task("e"), task("d"))), true},
-		{"deep in a group", group(task("x"), chord(chain(task("b"), task("c")), task("a"))), true},
-		{"in a chord's body's body", chord(chord(chain(task("c"), task("d")), task("b")), task("a")), true},
-	}
-	for _, tt := range tests {
-		if got := chordChainBody(tt.n); got != tt.want {
-			t.Errorf("%s: chordChainBody = %v, want %v", tt.name, got, tt.want)
-		}
-	}
-}
+		{"groupGroupChain", "chain(group, group, chain)", chain(ab, group(task("c"), task("d")), chain(task("e"), task("f"))), true},
+		{"groupGroupChain", "in a chord's body", chord(chain(ab, group(task("c"), task("d")), chain(task("e"), task("f"))), task("x")), true},
+		{"groupGroupChain", "chain(group, group, task)", chain(ab, group(task("c"), task("d")), task("e")), false},
+		{"groupGroupChain", "chain(one-member group, group, chain)", chain(group(task("a")), group(task("c"), task("d")), chain(task("e"), task("f"))), false},
 
-func TestChordChordBody(t *testing.T) {
-	task := func(tag string) *cnode { return &cnode{T: "task", Tag: tag} }
-	chord := func(b *cnode, c ...*cnode) *cnode { return &cnode{T: "chord", C: c, B: b} }
-	chain := func(c ...*cnode) *cnode { return &cnode{T: "chain", C: c} }
-	group := func(c ...*cnode) *cnode { return &cnode{T: "group", C: c} }
-	tests := []struct {
-		name string
-		n    *cnode
-		want bool
-	}{
-		{"chord, task body", chord(task("b"), task("a")), false},
-		{"chord, chord body", chord(chord(task("c"), task("b")), task("a")), true},
-		{"chord, chain(group, group, task) body", chord(chain(group(task("b"), task("c")), group(task("d"), task("e")), task("f")), task("a")), true},
-		{"chord, chain(one-member group, task) body", chord(chain(group(task("b")), task("f")), task("a")), false},
-		{"chord, chain(task, group) body", chord(chain(task("b"), group(task("c"), task("d"))), task("a")), false},
-		{"chord, group body", chord(group(task("b"), task("c")), task("a")), false},
-		{"deep in a chain", chain(task("x"), chord(chord(task("c"), task("b")), task("a"))), true},
+		{"chordChainBody", "task", task("a"), false},
+		{"chordChainBody", "chord, task body", chord(task("b"), task("a")), false},
+		{"chordChainBody", "chord, chain body", chord(chain(task("b"), task("c")), task("a")), true},
+		{"chordChainBody", "chord, chain(group, task) body: a chord for Celery", chord(chain(group(task("b"), task("c")), task("d")), task("a")), false},
+		{"chordChainBody", "chord, group body", chord(group(task("b"), task("c")), task("a")), false},
+		{"chordChainBody", "chord last in a chain", chain(task("x"), chord(task("b"), task("a"))), false},
+		{"chordChainBody", "chord then a task", chain(chord(task("b"), task("a")), task("x")), true},
+		{"chordChainBody", "chord as a chord's body, then a chord", chain(chord(chord(task("c"), task("b")), task("a")), chord(task("e"), task("d"))), true},
+		{"chordChainBody", "deep in a group", group(task("x"), chord(chain(task("b"), task("c")), task("a"))), true},
+		{"chordChainBody", "in a chord's body's body", chord(chord(chain(task("c"), task("d")), task("b")), task("a")), true},
+
+		{"chordChordBody", "chord, task body", chord(task("b"), task("a")), false},
+		{"chordChordBody", "chord, chord body", chord(chord(task("c"), task("b")), task("a")), true},
+		{"chordChordBody", "chord, chain(group, group, task) body", chord(chain(group(task("b"), task("c")), group(task("d"), task("e")), task("f")), task("a")), true},
+		{"chordChordBody", "chord, chain(one-member group, task) body", chord(chain(group(task("b")), task("f")), task("a")), false},
+		{"chordChordBody", "chord, chain(task, group) body", chord(chain(task("b"), group(task("c"), task("d"))), task("a")), false},
+		{"chordChordBody", "chord, group body", chord(group(task("b"), task("c")), task("a")), false},
+		{"chordChordBody", "deep in a chain", chain(task("x"), chord(chord(task("c"), task("b")), task("a"))), true},
 	}
 	for _, tt := range tests {
-		if got := chordChordBody(tt.n); got != tt.want {
-			t.Errorf("%s: chordChordBody = %v, want %v", tt.name, got, tt.want)
+		if got := preds[tt.pred](tt.n); got != tt.want {
+			t.Errorf("%s: %s = %v, want %v", tt.name, tt.pred, got, tt.want)
 		}
 	}
 }
