@@ -136,6 +136,23 @@ type Config struct {
 	// lists (queues or priority bands) waits at most 100 ms on Redis >= 6.2
 	// (see the package documentation).
 	BRPOPTimeout time.Duration
+	// StagedPop pops without the consume script, on Redis >= 6.2 (older
+	// servers keep the script): each message moves (LMOVE) into a staging
+	// list of the consumer's own, and kombu's unacked records are written
+	// from the client in a second round trip, which costs Redis about a
+	// third of the script's CPU a message (docs/performance.md). A message
+	// is never outside Redis either way. The price: what a consumer that
+	// dies between the two steps leaves in its staging lists comes back
+	// through a celeriac sweeper only (any celeriac transport with
+	// StagedPop, after StagedLease), since Python workers know kombu's
+	// unacked hash alone. celeriac's own setting (broker_transport_options
+	// celeriac_staged_pop); off by default.
+	StagedPop bool
+	// StagedLease is how long a staged consumer's heartbeat may be silent
+	// before a sweeper puts back its staging lists; default 60 s. It beats
+	// every sixth of it.
+	StagedLease time.Duration
+
 	// BatchSize caps how many messages one atomic pop takes (never more than
 	// the free prefetch); default 256, at most 4096.
 	BatchSize int
@@ -234,6 +251,7 @@ func (c Config) withDefaults() Config {
 	}
 	defDur(&c.RenewInterval, c.VisibilityTimeout/4)
 	defDur(&c.BRPOPTimeout, time.Second)
+	defDur(&c.StagedLease, time.Minute)
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
 	}
@@ -283,6 +301,9 @@ func (c Config) Validate() error {
 		if s < 0 || s > 9 {
 			return fmt.Errorf("redis: priority step %d outside 0..9", s)
 		}
+	}
+	if c.StagedLease < 100*time.Millisecond {
+		return fmt.Errorf("redis: StagedLease %v too small", c.StagedLease)
 	}
 	if c.BatchSize < 1 || c.BatchSize > maxBatchSize {
 		return fmt.Errorf("redis: BatchSize %d outside 1..%d", c.BatchSize, maxBatchSize)

@@ -18,15 +18,19 @@ func TestConformance(t *testing.T) {
 		if perQueue {
 			name = "per-queue-prefetch"
 		}
-		t.Run(name, func(t *testing.T) { conformance(t, perQueue) })
+		t.Run(name, func(t *testing.T) { conformance(t, perQueue, false) })
 	}
+	// The staged pop (Config.StagedPop) must pass the same suite.
+	t.Run("staged", func(t *testing.T) { conformance(t, false, true) })
+	t.Run("staged-per-queue-prefetch", func(t *testing.T) { conformance(t, true, true) })
 }
 
-func conformance(t *testing.T, perQueue bool) {
+func conformance(t *testing.T, perQueue, staged bool) {
 	e := newEnv(t)
 	transporttest.Run(t, func(tb testing.TB) transport.Transport {
 		cfg := e.config()
 		cfg.Logger = nil
+		cfg.StagedPop = staged
 		tr, err := Dial(context.Background(), cfg)
 		if err != nil {
 			tb.Fatalf("Dial: %v", err)

@@ -50,6 +50,9 @@ func (t *Transport) Consume(ctx context.Context, queues []transport.Queue, opts 
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+	if t.cfg.StagedPop && t.rpopCount {
+		c.stage = newStager(t)
+	}
 	for _, q := range queues {
 		c.addQueue(q)
 	}
@@ -94,6 +97,8 @@ type consumer struct {
 
 	// handing counts the batches given to handOut and not yet handed out.
 	handing atomic.Int32
+	// stage is the staged pop (Config.StagedPop); nil for the script's.
+	stage *stager
 
 	mu          sync.Mutex
 	queues      []transport.Queue
@@ -313,6 +318,9 @@ func (c *consumer) run() {
 	defer func() {
 		close(batches)
 		dwg.Wait()
+		if c.stage != nil {
+			c.stage.close()
+		}
 		close(c.out)
 	}()
 	attempt := 0
@@ -334,48 +342,52 @@ func (c *consumer) run() {
 		}
 		var msgs []popped
 		var err error
-		if !exhausted {
-			// Fewer than asked for from every pop: every list was empty
-			// when the script ran, so the next step is to wait (BLMOVE
-			// answers at once if a message came meanwhile), not another
-			// pop that would find nothing and cost an idle consumer a
-			// script call per message.
-			exhausted = true
-			for _, q := range qs {
-				var m []popped
-				if m, err = c.t.popBatch(q.queues, q.n); err != nil {
-					break
-				}
-				msgs = append(msgs, m...)
-				exhausted = exhausted && len(m) < q.n
-			}
-			if err != nil && len(msgs) > 0 {
-				// Earlier pops of this round are recorded in unacked:
-				// hold them now (the error comes back on the next pop).
-				err, exhausted = nil, false
-			}
-			exhausted = exhausted && err == nil
-		}
-		if err == nil && len(msgs) == 0 {
-			// Wait on all the queues with room, for as many messages as
-			// the smallest room allows.
-			order, n := qs[0].queues, qs[0].n
-			if len(qs) > 1 {
-				order = nil
+		if c.stage != nil {
+			msgs, err = c.stage.pop(qs, c.t.cfg.BRPOPTimeout, c.stop)
+		} else {
+			if !exhausted {
+				// Fewer than asked for from every pop: every list was empty
+				// when the script ran, so the next step is to wait (BLMOVE
+				// answers at once if a message came meanwhile), not another
+				// pop that would find nothing and cost an idle consumer a
+				// script call per message.
+				exhausted = true
 				for _, q := range qs {
-					order = append(order, q.queues...)
-					n = min(n, q.n)
+					var m []popped
+					if m, err = c.t.popBatch(q.queues, q.n); err != nil {
+						break
+					}
+					msgs = append(msgs, m...)
+					exhausted = exhausted && len(m) < q.n
 				}
+				if err != nil && len(msgs) > 0 {
+					// Earlier pops of this round are recorded in unacked:
+					// hold them now (the error comes back on the next pop).
+					err, exhausted = nil, false
+				}
+				exhausted = exhausted && err == nil
 			}
-			exhausted = false
-			if c.t.rpopCount {
-				msgs, err = c.t.awaitPop(order, n)
-				exhausted = err == nil && len(msgs) < n
-			} else {
-				var m *popped
-				m, err = c.t.blockingPop(order, c.stop)
-				if m != nil {
-					msgs = []popped{*m}
+			if err == nil && len(msgs) == 0 {
+				// Wait on all the queues with room, for as many messages as
+				// the smallest room allows.
+				order, n := qs[0].queues, qs[0].n
+				if len(qs) > 1 {
+					order = nil
+					for _, q := range qs {
+						order = append(order, q.queues...)
+						n = min(n, q.n)
+					}
+				}
+				exhausted = false
+				if c.t.rpopCount {
+					msgs, err = c.t.awaitPop(order, n)
+					exhausted = err == nil && len(msgs) < n
+				} else {
+					var m *popped
+					m, err = c.t.blockingPop(order, c.stop)
+					if m != nil {
+						msgs = []popped{*m}
+					}
 				}
 			}
 		}

@@ -105,12 +105,20 @@ func (t *Transport) background() {
 		defer tk.Stop()
 		renewC = tk.C
 	}
+	var stagedC <-chan time.Time
+	if t.cfg.StagedPop && t.rpopCount {
+		tk := time.NewTicker(t.cfg.StagedLease / 6)
+		defer tk.Stop()
+		stagedC = tk.C
+	}
 	for {
 		select {
 		case <-t.stop:
 			return
 		case <-sweepC:
 			t.sweepLogged()
+		case <-stagedC:
+			t.stagedHeartbeat()
 		case <-renewC:
 			if err := t.Renew(context.Background()); err != nil {
 				t.logError(&t.bgErrLimits, "redis: visibility renewal failed", err)

@@ -78,6 +78,9 @@ type Transport struct {
 	errLimiter  logLimiter
 	bgErrLimits logLimiter
 	stray       strayTokens // restore.go
+	// stagedHook, in tests, runs between a staged round's moves and its
+	// records, with the consumer's id.
+	stagedHook func(id string)
 }
 
 // Dial connects to the broker named by cfg.URL and returns a transport. It

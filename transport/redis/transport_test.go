@@ -69,8 +69,14 @@ func TestConsumeRecordsUnackedAsKombu(t *testing.T) {
 }
 
 func TestPriorityBandsAndRoundRobin(t *testing.T) {
+	pops(t, testPriorityBandsAndRoundRobin)
+}
+
+func testPriorityBandsAndRoundRobin(t *testing.T, staged bool) {
 	e := newEnv(t)
-	tr := e.dial(e.config())
+	cfg := e.config()
+	cfg.StagedPop = staged
+	tr := e.dial(cfg)
 	// Two queues; priorities spread over bands. kombu's order: band-major
 	// (lower band first), queues alternating inside a band.
 	type msg struct {
@@ -278,8 +284,14 @@ func TestDeadLetterListReplayPurge(t *testing.T) {
 }
 
 func TestUndecodableItemsAreDeadLetteredNotFatal(t *testing.T) {
+	pops(t, testUndecodableItemsAreDeadLetteredNotFatal)
+}
+
+func testUndecodableItemsAreDeadLetteredNotFatal(t *testing.T, staged bool) {
 	e := newEnv(t)
-	tr := e.dial(e.config())
+	cfg := e.config()
+	cfg.StagedPop = staged
+	tr := e.dial(cfg)
 	ctx := context.Background()
 	e.push("rt_q", 0, "not json \xff")
 	e.push("rt_q", 0, `{"properties": {"priority": 0}}`)
