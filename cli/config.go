@@ -94,6 +94,8 @@ type transportOpts struct {
 	VisibilityTimeout  *float64 `json:"visibility_timeout"`
 	GlobalKeyPrefix    string   `json:"global_keyprefix"`
 	QueueOrderStrategy string   `json:"queue_order_strategy"`
+	// celeriac's own: see connect.Options.RedisStagedPop.
+	CeleriacStagedPop bool `json:"celeriac_staged_pop"`
 	// Sentinel: the master group and the Sentinels' own credentials.
 	MasterName     string `json:"master_name"`
 	SentinelKwargs struct {
@@ -352,6 +354,7 @@ func (g *globalFlags) options() connect.Options {
 	}
 	o.GlobalKeyPrefix = t.GlobalKeyPrefix
 	o.QueueOrderStrategy = t.QueueOrderStrategy
+	o.RedisStagedPop = o.RedisStagedPop || t.CeleriacStagedPop
 	o.MasterName, o.SentinelUsername, o.SentinelPassword = t.MasterName, t.SentinelKwargs.Username, t.SentinelKwargs.Password
 	bt := g.file.BackendTransportOpts
 	o.BackendMasterName, o.BackendSentinelUsername, o.BackendSentinelPassword = bt.MasterName, bt.SentinelKwargs.Username, bt.SentinelKwargs.Password

@@ -749,7 +749,7 @@ func TestCanvasDifferential(t *testing.T) {
 // waits on a reply queue of its own.
 func cdClient(t *testing.T, bc brokerCase, queue string) *client.Client {
 	t.Helper()
-	o := connect.Options{BrokerURL: bc.broker, ResultBackend: bc.backend, Logger: zaptest.NewLogger(t), ConnectionName: "it-cd-" + queue}
+	o := connect.Options{BrokerURL: bc.broker, ResultBackend: bc.backend, Logger: zaptest.NewLogger(t), ConnectionName: "it-cd-" + queue, RedisStagedPop: itStagedPop()}
 	if bc.backend == "rpc://" {
 		o.ResultBackend = ""
 	}

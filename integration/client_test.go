@@ -88,7 +88,7 @@ func immutable(s client.Signature) client.Signature {
 // test's observations. defaultQueue receives tasks sent without a queue.
 func clientConn(t *testing.T, bc brokerCase, defaultQueue string) (*client.Client, *goredis.Client, *connect.Conn) {
 	t.Helper()
-	conn, err := connect.Open(t.Context(), connect.Options{BrokerURL: bc.broker, ResultBackend: bc.backend,
+	conn, err := connect.Open(t.Context(), connect.Options{BrokerURL: bc.broker, ResultBackend: bc.backend, RedisStagedPop: itStagedPop(),
 		Logger: zaptest.NewLogger(t), ConnectionName: "it-client-" + defaultQueue})
 	if err != nil {
 		t.Fatalf("connect: %v", err)

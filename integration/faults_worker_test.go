@@ -155,6 +155,7 @@ func runFltWorker(c fltWorkerConfig) error {
 			URL: c.Broker, ClientName: c.Name, TLSConfig: tlsConf, Logger: log,
 			VisibilityTimeout: seconds(c.VisibilityTimeout),
 			MasterName:        c.MasterName, SentinelPassword: c.SentinelPassword, WaitReplicas: c.WaitReplicas,
+			StagedPop: itStagedPop(),
 		}
 		if c.RestoreInterval > 0 {
 			rc.RestoreInterval, rc.RestoreThrottle = seconds(c.RestoreInterval), 1

@@ -85,6 +85,7 @@ func (r *redisIT) config() redistransport.Config {
 		GlobalKeyPrefix:   r.prefix,
 		VisibilityTimeout: r.vt,
 		ClientName:        "celeriac-" + strings.TrimSuffix(r.prefix, ":"),
+		StagedPop:         itStagedPop(),
 	}
 }
 
@@ -201,6 +202,7 @@ func TestRedisHelperProcess(t *testing.T) {
 		VisibilityTimeout: time.Duration(vt * float64(time.Second)),
 		DisableRestore:    true,
 		ClientName:        "celeriac-it-redis-helper",
+		StagedPop:         itStagedPop(),
 	}
 	tr, err := redistransport.Dial(context.Background(), cfg)
 	if err != nil {
@@ -449,4 +451,13 @@ func TestRedisRenewedVisibilityNotRestored(t *testing.T) {
 			t.Fatalf("got %d of 3 restored messages", len(seen))
 		}
 	}
+}
+
+// itStagedPop reports whether the suite runs celeriac's Redis consumers on
+// the staged pop (transport/redis.Config.StagedPop): set
+// CELERIAC_REDIS_STAGED_POP=1. Workers started through the CLI read the
+// same variable (connect.FromEnv).
+func itStagedPop() bool {
+	v, _ := strconv.ParseBool(os.Getenv("CELERIAC_REDIS_STAGED_POP"))
+	return v
 }

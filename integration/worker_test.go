@@ -92,7 +92,7 @@ func startGoWorker(t *testing.T, bc brokerCase, queue string, cfg worker.Config,
 	t.Helper()
 	ctx := context.Background()
 	conn, err := connect.Open(ctx, connect.Options{BrokerURL: bc.broker, ResultBackend: bc.backend,
-		Logger: zaptest.NewLogger(t), ConnectionName: "it-" + queue})
+		Logger: zaptest.NewLogger(t), ConnectionName: "it-" + queue, RedisStagedPop: itStagedPop()})
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}

@@ -42,6 +42,9 @@ const (
 	// 1.0), exporting over OTLP/HTTP to a sink the benchmark runs, which
 	// reads and discards what it gets: what tracing costs a worker.
 	Traced Kind = "celeriac-traced"
+	// Staged is celeriac worker with the staged Redis pop
+	// (CELERIAC_REDIS_STAGED_POP=1; on RabbitMQ the same as celeriac).
+	Staged Kind = "celeriac-staged"
 )
 
 // Kinds lists the workers a run measures by default, in the order the
@@ -49,7 +52,7 @@ const (
 var Kinds = []Kind{Celeriac, Ceiling, Batched, Prefork, Threads, Solo}
 
 // AllKinds lists every worker the benchmark knows.
-var AllKinds = append(slices.Clone(Kinds), Traced)
+var AllKinds = append(slices.Clone(Kinds), Traced, Staged)
 
 func (k Kind) python() bool { return k == Prefork || k == Threads || k == Solo }
 
@@ -62,6 +65,8 @@ func (k Kind) label(celeriacC int) string {
 		return fmt.Sprintf("celeriac -c %d", celeriacC)
 	case Traced:
 		return fmt.Sprintf("celeriac -c %d, tracing on", celeriacC)
+	case Staged:
+		return fmt.Sprintf("celeriac -c %d, staged pop", celeriacC)
 	case Ceiling:
 		return "ceiling: bare loop"
 	case Batched:

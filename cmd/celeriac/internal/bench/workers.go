@@ -36,7 +36,7 @@ func (h *harness) start(s spec) (*proc, error) {
 	var cmd *exec.Cmd
 	q := h.o.Queue
 	switch {
-	case s.kind == Celeriac || s.kind == Traced:
+	case s.kind == Celeriac || s.kind == Traced || s.kind == Staged:
 		c := s.concurrency
 		if c == 0 {
 			c = h.o.Concurrency
@@ -51,6 +51,9 @@ func (h *harness) start(s spec) (*proc, error) {
 		}
 		cmd = exec.Command(h.o.Exe, args...)
 		cmd.Env = childEnv()
+		if s.kind == Staged {
+			cmd.Env = childEnv("CELERIAC_REDIS_STAGED_POP=1")
+		}
 		if s.kind == Traced {
 			url, err := h.otlpURL()
 			if err != nil {
