@@ -652,3 +652,36 @@ func fastField(raw []byte, name string, from int) (string, bool) {
 	}
 	return "", false
 }
+
+// StagedLen returns how many messages the staging lists of every staged
+// consumer (Config.StagedPop) hold on the Redis c, under a global key
+// prefix: messages taken from their queues and not yet recorded in
+// kombu's unacked, which neither LLEN of a queue nor HLEN of unacked
+// counts.
+func StagedLen(ctx context.Context, c goredis.Cmdable, globalKeyPrefix string) (int64, error) {
+	entries, err := c.HGetAll(ctx, globalKeyPrefix+stagedRegistry).Result()
+	if err != nil || len(entries) == 0 {
+		return 0, err
+	}
+	var cmds []*goredis.IntCmd
+	_, err = c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for id, v := range entries {
+			var b stagedBeat
+			if json.Unmarshal([]byte(v), &b) != nil {
+				continue
+			}
+			for i := range b.Lists {
+				cmds = append(cmds, p.LLen(ctx, stagedList(globalKeyPrefix, id, i)))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, c := range cmds {
+		n += c.Val()
+	}
+	return n, nil
+}

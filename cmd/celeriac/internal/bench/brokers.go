@@ -13,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	goredis "github.com/redis/go-redis/v9"
 
+	redistransport "github.com/celeriac/celeriac/transport/redis"
 	"github.com/celeriac/celeriac/worker/connect"
 
 	"github.com/celeriac/celeriac/internal/redact"
@@ -190,7 +191,13 @@ func (k *redisKit) State(ctx context.Context) (int, int, error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	return int(ready.Val()), int(unacked.Val()), nil
+	// A staged worker's messages in flight are in neither (see
+	// transport/redis.Config.StagedPop): count them as taken, not done.
+	staged, err := redistransport.StagedLen(ctx, k.rdb, "")
+	if err != nil {
+		return 0, 0, err
+	}
+	return int(ready.Val()), int(unacked.Val() + staged), nil
 }
 
 func (k *redisKit) ServerCPU(ctx context.Context) (time.Duration, bool) {

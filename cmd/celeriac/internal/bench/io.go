@@ -47,7 +47,7 @@ import (
 
 // IOWorker is one worker of the I/O benchmark: a kind and its concurrency.
 type IOWorker struct {
-	Kind        string // "celeriac", "prefork", "threads", "gevent"
+	Kind        string // "celeriac", "celeriac-staged", "prefork", "threads", "gevent"
 	Concurrency int
 	N           int // tasks of its drain; 0: IOOptions.N
 	// Celery is the Celery version of a Python worker ("5.6"), found in
@@ -56,14 +56,18 @@ type IOWorker struct {
 }
 
 func (w IOWorker) String() string {
-	if w.Kind == "celeriac" {
-		return fmt.Sprintf("celeriac -c %d", w.Concurrency)
+	if w.celeriac() {
+		return fmt.Sprintf("%s -c %d", w.Kind, w.Concurrency)
 	}
 	if w.Celery != "" {
 		return fmt.Sprintf("Python %s -c %d (Celery %s)", w.Kind, w.Concurrency, w.Celery)
 	}
 	return fmt.Sprintf("Python %s -c %d", w.Kind, w.Concurrency)
 }
+
+// celeriac reports whether the worker is celeriac's; "celeriac-staged" is
+// celeriac on the staged Redis pop (transport/redis.Config.StagedPop).
+func (w IOWorker) celeriac() bool { return w.Kind == "celeriac" || w.Kind == "celeriac-staged" }
 
 // ParseIOWorkers reads "celeriac:100,prefork:16:1000,threads@5.6:100,...":
 // kind (with the Celery version of a Python worker), concurrency and,
@@ -78,7 +82,7 @@ func ParseIOWorkers(s string) ([]IOWorker, error) {
 		}
 		f := strings.Split(part, ":")
 		kind, version, versioned := strings.Cut(f[0], "@")
-		if versioned && (version == "" || kind == "celeriac") {
+		if versioned && (version == "" || strings.HasPrefix(kind, "celeriac")) {
 			return nil, fmt.Errorf("worker %q: a Celery version goes with a Python pool (threads@5.6:100)", part)
 		}
 		var n, tasks int
@@ -95,9 +99,9 @@ func ParseIOWorkers(s string) ([]IOWorker, error) {
 			return nil, fmt.Errorf("worker %q: want KIND[@CELERY]:CONCURRENCY[:TASKS] (celeriac:1000, gevent:500:2000, threads@5.6:100)", part)
 		}
 		switch kind {
-		case "celeriac", "prefork", "threads", "gevent", "solo":
+		case "celeriac", "celeriac-staged", "prefork", "threads", "gevent", "solo":
 		default:
-			return nil, fmt.Errorf("worker %q: kind is celeriac, prefork, threads, gevent or solo", part)
+			return nil, fmt.Errorf("worker %q: kind is celeriac, celeriac-staged, prefork, threads, gevent or solo", part)
 		}
 		out = append(out, IOWorker{Kind: kind, Concurrency: n, N: tasks, Celery: version})
 	}
@@ -513,7 +517,7 @@ func ioMachine(ctx context.Context, o *IOOptions, b ioBroker) string {
 	}
 	seen := map[string]bool{}
 	for _, w := range slices.Concat(o.Workers, o.Fleet) {
-		if w.Kind == "celeriac" || seen[w.Celery] {
+		if w.celeriac() || seen[w.Celery] {
 			continue
 		}
 		seen[w.Celery] = true
@@ -604,7 +608,7 @@ func (e *ioEnv) start(w IOWorker, n int, tag string) (*ioProcs, error) {
 	var once sync.Once
 	for i := range n {
 		var cmd *exec.Cmd
-		if w.Kind == "celeriac" {
+		if w.celeriac() {
 			cmd = exec.Command(o.Exe, "bench", "ioworker", "--broker-url", e.brokerURL, "--queue", ioQueue, "-c", strconv.Itoa(w.Concurrency))
 			if o.Results {
 				cmd.Args = append(cmd.Args, "--result-backend", e.resultURL)
@@ -613,6 +617,9 @@ func (e *ioEnv) start(w IOWorker, n int, tag string) (*ioProcs, error) {
 				cmd.Args = append(cmd.Args, "--postgres", e.rows.url)
 			}
 			cmd.Env = childEnv()
+			if w.Kind == "celeriac-staged" {
+				cmd.Env = childEnv("CELERIAC_REDIS_STAGED_POP=1")
+			}
 			if n > 1 {
 				// Each process of a fleet gets its share of the cores, as
 				// in a container with a CPU limit (which Go's GOMAXPROCS
@@ -1100,7 +1107,8 @@ func RunIOWorker(ctx context.Context, brokerURL, queue string, concurrency int, 
 	if strings.HasPrefix(brokerURL, "amqp://") || strings.HasPrefix(brokerURL, "amqps://") {
 		tr, err = amqptransport.Dial(ctx, amqptransport.Config{URL: brokerURL})
 	} else {
-		tr, err = redistransport.Dial(ctx, redistransport.Config{URL: brokerURL})
+		staged, _ := strconv.ParseBool(os.Getenv("CELERIAC_REDIS_STAGED_POP"))
+		tr, err = redistransport.Dial(ctx, redistransport.Config{URL: brokerURL, StagedPop: staged})
 	}
 	if err != nil {
 		return err

@@ -224,7 +224,7 @@ func (r *Report) drainTables(w io.Writer) {
 			}
 			fmt.Fprintf(w, "| %s | %s | %s ×%s | %s | %s | %s | %s | %s | %s | %s |\n",
 				g.Broker, resultsLabel(g.Results), g.Task.Label, thousands(float64(g.N)), row.Label,
-				secs.fmtRange(3)+stalledNote(secs), thousands(rate.med), cpu.fmt(0), bcpu.fmt(0), rss.fmt(0), lag)
+				secs.fmtRange(3)+stalledNote(secs), thousands(rate.med), cpu.fmt(0), bcpu.fmt(1), rss.fmt(0), lag)
 		}
 	}
 	fmt.Fprintf(w, "\nRatios, from the medians above:\n\n")
