@@ -66,3 +66,20 @@ func ExampleConfig_SweepPeriod() {
 	// visibility_timeout 1m0s: sweep every 6s
 	// visibility_timeout 1h0m0s: sweep every 1m40s
 }
+
+// The staged pop costs Redis about two thirds of the script's CPU a task.
+// A worker that also puts back what dead staged consumers left can be run
+// by hand with SweepStaged, and StagedLen counts what staging lists hold.
+func ExampleConfig_stagedPop() {
+	ctx := context.Background()
+	tr, err := redistransport.Dial(ctx, redistransport.Config{
+		URL:       "redis://127.0.0.1:6379/0",
+		StagedPop: true, // broker_transport_options["celeriac_staged_pop"]
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tr.Close()
+	n, err := tr.SweepStaged(ctx)
+	log.Printf("put back %d staged messages of dead consumers (%v)", n, err)
+}
