@@ -105,7 +105,7 @@ func TestWorkerSettings(t *testing.T) {
 	file := writeConfig(t, `{
 		"broker_url": "redis://127.0.0.1:6379/1",
 		"result_backend": "redis://127.0.0.1:6379/1",
-		"broker_transport_options": {"visibility_timeout": 120, "global_keyprefix": "pfx:", "queue_order_strategy": "priority"},
+		"broker_transport_options": {"visibility_timeout": 120, "global_keyprefix": "pfx:", "queue_order_strategy": "priority", "celeriac_staged_pop": true},
 		"result_expires": 600,
 		"result_serializer": "msgpack",
 		"result_extended": true,
@@ -184,7 +184,7 @@ func TestWorkerSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.BrokerURL != "redis://127.0.0.1:6379/1" || o.ResultBackend != "redis://127.0.0.1:6379/1" ||
-		o.VisibilityTimeout != 120*time.Second || o.GlobalKeyPrefix != "pfx:" || o.QueueOrderStrategy != "priority" ||
+		o.VisibilityTimeout != 120*time.Second || o.GlobalKeyPrefix != "pfx:" || o.QueueOrderStrategy != "priority" || !o.RedisStagedPop ||
 		o.ResultExpires != 600*time.Second || o.ResultSerializer != "msgpack" {
 		t.Errorf("connection options from the file: %+v", o)
 	}
