@@ -463,6 +463,16 @@ func cdKnown(n *cnode, fleet, py, pmsg string, stranded []string, gor, gmsg stri
 		// same family as celery/celery#8786 (a group body, fixed in 5.6
 		// by #9788) and #9773 (a chain body); still so in 5.6.3.
 		return "Celery fails a chord body that is a chord under its group id (#8786 family)"
+	case celeryVersion() >= "5.5" && py == gor && onlyErrbacksMore(ge, pe) && addedOnly(pe, ge, headerChordErrbacks(n)):
+		// The same result, and Python's run ran errbacks Go's did not, each
+		// one that Celery 5.5 and later also link to the chords in a
+		// chord's header (celery/celery#9580, for #9107: _chord.link_error,
+		// canvas.py 2311-2316 in 5.6.3); Celery 5.2 and the Go client give
+		// a chord's errbacks to its body only. Seed 25010113 on 5.6.3:
+		// chord([n0, chord([n2], chord([n5 fails, n6, n7], chain(n9, n10,
+		// n11)))], n13).link_error(n14) puts n14 on the inner body chain
+		// too, and chord_error_from_stack calls it when n5 fails.
+		return "celery/celery#9580"
 	case fleet == "python" && py == "error: TIMEOUT" && goOK:
 		// Celery's own canvas on Celery's own workers never finishes
 		// (nested chords in chains: the family of celery/celery#5222 and
@@ -492,6 +502,93 @@ func chordChordBody(n *cnode) bool {
 	return cdAny(n, func(n *cnode) bool {
 		return n.T == "chord" && n.B != nil && (n.B.T == "chord" || groupLed(n.B))
 	})
+}
+
+// headerChordErrbacks lists the tags of the errbacks that Celery 5.5 and
+// later link to a chord in a chord's header as well (celery/celery#9580,
+// for #9107: _chord.link_error, canvas.py 2311-2316 in 5.6.3, calls
+// link_error on each header member that is a chord, which gives it to
+// that chord's body and the chords in its own header), where Celery 5.2
+// and the Go client give a chord's errbacks to its body alone. Only
+// link_error at build time, on a chord whose header is still a list,
+// does it: chain.run's prepare_steps freezes each step (the header
+// becomes a group) before handing it the chain's errbacks, so those stop
+// at the body. At build time a chord's errbacks reach it, a group's reach
+// each member's, and a chain's reach its steps' when chain() unrolls it
+// into an enclosing chain (unchain_tasks).
+func headerChordErrbacks(n *cnode) []string {
+	var tags []string
+	var walk func(n *cnode, inChain bool)
+	walk = func(n *cnode, inChain bool) {
+		if n == nil {
+			return
+		}
+		if n.Err != nil && (reachesHeaderChord(n) || inChain && n.T == "chain" && !celeryChord(n) && stepsReachHeaderChord(n)) {
+			tags = append(tags, n.Err.Tag)
+		}
+		for i, c := range n.C {
+			// chain() unrolls a chain among a chain's steps, except the
+			// one right after a leading group: group | chain is
+			// chord(group, chain), the chain kept whole as its body.
+			walk(c, n.T == "chain" && !(i == 1 && n.C[0].T == "group" && len(n.C[0].C) >= 2))
+		}
+		walk(n.B, false)
+		walk(n.Link, false)
+	}
+	walk(n, false)
+	return tags
+}
+
+// reachesHeaderChord reports whether Celery's link_error on what it
+// builds for n, at build time, reaches a chord that is a member of a
+// chord's header (see headerChordErrbacks).
+func reachesHeaderChord(n *cnode) bool {
+	switch {
+	case n.T == "chord":
+		return slices.ContainsFunc(n.C, celeryChord) || reachesHeaderChord(n.B)
+	case n.T == "group":
+		return slices.ContainsFunc(n.C, reachesHeaderChord)
+	case celeryChord(n):
+		// chord(group, rest): the group's members are its header, and
+		// with two steps the second is its body. With three the body is
+		// what chain() makes of the other two: left out (narrower).
+		return slices.ContainsFunc(n.C[0].C, celeryChord) || len(n.C) == 2 && reachesHeaderChord(n.C[1])
+	}
+	// A chain keeps its errbacks as an option until chain.run.
+	return false
+}
+
+// stepsReachHeaderChord reports whether chain n's errbacks, handed to each
+// of its steps when chain() unrolls it into an enclosing chain, reach a
+// chord in a chord's header.
+func stepsReachHeaderChord(n *cnode) bool {
+	for i, c := range n.C {
+		// A group of two or more followed by more steps is a chord's
+		// header (chord(group, next step)).
+		if c.T == "group" && len(c.C) >= 2 && i < len(n.C)-1 {
+			if slices.ContainsFunc(c.C, celeryChord) {
+				return true
+			}
+		} else if reachesHeaderChord(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// celeryChord reports whether Celery's chain()/chord() give a chord for
+// n: a chord, or a chain that starts with a group of two or more and goes
+// on (chord(group, rest)), unless its last of three or more steps is a
+// chain that stays one (chord(group, second step) | chain is a chain).
+func celeryChord(n *cnode) bool {
+	if n.T == "chord" {
+		return true
+	}
+	if !groupLed(n) {
+		return false
+	}
+	last := n.C[len(n.C)-1]
+	return len(n.C) < 3 || last.T != "chain" || celeryChord(last)
 }
 
 // cdAny reports whether match holds for n or any node below it: steps and
@@ -527,6 +624,17 @@ func onlyErrbacksMore(pe, ge map[string]string) bool {
 	}
 	for k, v := range ge {
 		if _, ok := pe[k]; !ok && v != "ERR" {
+			return false
+		}
+	}
+	return true
+}
+
+// addedOnly reports whether every key of more that less lacks is one of
+// keys.
+func addedOnly(more, less map[string]string, keys []string) bool {
+	for k := range more {
+		if _, ok := less[k]; !ok && !slices.Contains(keys, k) {
 			return false
 		}
 	}
@@ -778,7 +886,9 @@ func TestCanvasShapes(t *testing.T) {
 	chain := func(c ...*cnode) *cnode { return &cnode{T: "chain", C: c} }
 	group := func(c ...*cnode) *cnode { return &cnode{T: "group", C: c} }
 	ab := group(task("a"), task("b"))
-	preds := map[string]func(*cnode) bool{"groupGroupChain": groupGroupChain, "chordChainBody": chordChainBody, "chordChordBody": chordChordBody}
+	withErr := func(n *cnode) *cnode { n.Err = &cnode{T: "err", Tag: "e"}; return n }
+	preds := map[string]func(*cnode) bool{"groupGroupChain": groupGroupChain, "chordChainBody": chordChainBody, "chordChordBody": chordChordBody,
+		"headerChordErrbacks": func(n *cnode) bool { return slices.Equal(headerChordErrbacks(n), []string{"e"}) }}
 	tests := []struct {
 		pred, name string
 		n          *cnode
@@ -807,6 +917,22 @@ func TestCanvasShapes(t *testing.T) {
 		{"chordChordBody", "chord, chain(task, group) body", chord(chain(task("b"), group(task("c"), task("d"))), task("a")), false},
 		{"chordChordBody", "chord, group body", chord(group(task("b"), task("c")), task("a")), false},
 		{"chordChordBody", "deep in a chain", chain(task("x"), chord(chord(task("c"), task("b")), task("a"))), true},
+
+		{"headerChordErrbacks", "seed 25010113: a chord in the header", withErr(chord(task("f"), task("a"), chord(chord(chain(task("g"), task("h")), task("c"), task("d")), task("b")))), true},
+		{"headerChordErrbacks", "no chord in the header", withErr(chord(chain(task("c"), task("d")), task("a"), task("b"))), false},
+		{"headerChordErrbacks", "the errback on the inner chord", chord(task("f"), withErr(chord(task("c"), task("b")))), false},
+		{"headerChordErrbacks", "no errback", chord(task("f"), chord(task("c"), task("b"))), false},
+		{"headerChordErrbacks", "chain(group, task) in the header: a chord", withErr(chord(task("f"), chain(group(task("a"), task("b")), task("c")))), true},
+		{"headerChordErrbacks", "chain(group, group, chain) in the header: a chain (#5958)", withErr(chord(task("f"), chain(ab, group(task("c"), task("d")), chain(task("e"), task("g"))))), false},
+		{"headerChordErrbacks", "chain(task, chord) in the header: a chain", withErr(chord(task("f"), chain(task("a"), chord(task("c"), task("b"))))), false},
+		{"headerChordErrbacks", "a chord in the header of the body", withErr(chord(chord(task("f"), chord(task("c"), task("b"))), task("a"))), true},
+		{"headerChordErrbacks", "a group's member", withErr(group(task("x"), chord(task("f"), chord(task("c"), task("b"))))), true},
+		{"headerChordErrbacks", "a chain's: chain.run freezes each step before giving it them", withErr(chain(task("x"), chord(task("f"), chord(task("c"), task("b"))))), false},
+		{"headerChordErrbacks", "a chain's, unrolled into a chain (unchain_tasks)", chain(task("y"), withErr(chain(task("x"), chord(task("f"), chord(task("c"), task("b")))))), true},
+		{"headerChordErrbacks", "a chain's, kept whole as the body of chord(group, chain)", chain(ab, withErr(chain(task("x"), chord(task("f"), chord(task("c"), task("b")))))), false},
+		{"headerChordErrbacks", "chain(group, chord with a chord in its header): the body of chord(group, chord)", withErr(chain(ab, chord(task("f"), chord(task("c"), task("b"))))), true},
+		{"headerChordErrbacks", "chain(group with a chord, task): a header", withErr(chain(group(chord(task("c"), task("b")), task("d")), task("x"))), true},
+		{"headerChordErrbacks", "chain(group, group with a chord, chain): a body (#5958)", withErr(chain(ab, group(chord(task("c"), task("b")), task("d")), chain(task("e"), task("g")))), false},
 	}
 	for _, tt := range tests {
 		if got := preds[tt.pred](tt.n); got != tt.want {

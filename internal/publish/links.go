@@ -2,13 +2,15 @@ package publish
 
 import "github.com/celeriac/celeriac/protocol"
 
-// LinkError adds errbacks to sig as Celery 5.2-5.5's link_error methods
-// do, so that a canvas built in Go carries them where a Python-built one
-// does: a task or a chain keeps them in its own link_error option (chain.run
+// LinkError adds errbacks to sig as Celery 5.2's link_error methods do,
+// so that a canvas built in Go carries them where a Python-built one does:
+// a task or a chain keeps them in its own link_error option (chain.run
 // gives them to every step), a group gives them to each member, and a
-// chord to its body only (Celery 5.6 also gives them to chords nested in
-// the header, and to every header task with
-// task_allow_error_cb_on_chord_header; 5.2 and 5.5 do neither).
+// chord to its body only. Celery 5.5 and later also give a chord's
+// errbacks to the chords in its header (celery/celery#9580, since
+// 5.5.0rc5), and 5.3 and later to every header task with
+// task_allow_error_cb_on_chord_header (off by default); this does
+// neither.
 func LinkError(sig protocol.Signature, errbacks ...protocol.Signature) protocol.Signature {
 	if len(errbacks) == 0 {
 		return sig
