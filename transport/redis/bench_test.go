@@ -40,31 +40,49 @@ func preload(b *testing.B, e *env, queue string, n int) {
 // transport: batched atomic pops with kombu's unacked bookkeeping, envelope
 // decoding, and acks from 64 concurrent handlers (group-committed) with a
 // prefetch of 256 (Celery's concurrency x 4).
+//
+// It runs on both pops (pop=script, the default, and pop=staged,
+// Config.StagedPop) and reports the Redis process's CPU a message (INFO
+// cpu: run it against a Redis nobody else uses); compare them with
+//
+//	go test ./transport/redis -run '^$' -bench '^BenchmarkDrain$' -count 6 | benchstat -col /pop -
 func BenchmarkDrain(b *testing.B) {
-	benchDrain(b, 64, 256)
+	for _, staged := range []bool{false, true} {
+		name := "pop=script"
+		if staged {
+			name = "pop=staged"
+		}
+		b.Run(name, func(b *testing.B) { benchDrain(b, 64, 256, staged) })
+	}
 }
 
 func BenchmarkDrainHandlers(b *testing.B) {
 	for _, h := range []int{8, 256} {
 		for _, p := range []int{256, 4096} {
-			b.Run(fmt.Sprintf("h%d-p%d", h, p), func(b *testing.B) { benchDrain(b, h, p) })
+			b.Run(fmt.Sprintf("h%d-p%d", h, p), func(b *testing.B) { benchDrain(b, h, p, false) })
 		}
 	}
 }
 
-func benchDrain(b *testing.B, handlers, prefetch int) {
+func benchDrain(b *testing.B, handlers, prefetch int, staged bool) {
 	e := newEnv(b)
 	cfg := e.config()
 	cfg.Logger = nil
+	cfg.StagedPop = staged
 	tr := e.dial(cfg)
-	var total time.Duration
+	var total, redisCPU time.Duration
 	for b.Loop() {
 		b.StopTimer()
 		preload(b, e, "rt_bench", drainN)
+		cpu0 := serverCPU(b, e.raw)
 		b.StartTimer()
 		total += drainTransport(b, e, tr, handlers, prefetch)
+		b.StopTimer()
+		redisCPU += serverCPU(b, e.raw) - cpu0
+		b.StartTimer()
 	}
 	b.ReportMetric(float64(drainN*b.N)/total.Seconds(), "msg/s")
+	b.ReportMetric(float64(redisCPU.Nanoseconds())/1e3/float64(drainN*b.N), "redis-cpu-µs/msg")
 }
 
 // drainTransport consumes drainN preloaded messages and acks them from
