@@ -669,13 +669,13 @@ func groupGroupChain(n *cnode) bool {
 // the same record of which task ran, with which result, from which queue.
 // The matrix: Python, celeriac and mixed fleets on a Redis broker and
 // backend, on RabbitMQ with db+postgresql, and on RabbitMQ with rpc://.
-// CELERIAC_CANVAS_COUNT canvases per cell (default 30, 180 in the six
-// cells of the CI set: 50 took 7 of CI's 60 minutes; CELERIAC_CANVAS_CELLS
+// CELERIAC_CANVAS_COUNT canvases per cell (default 50, 300 in the six
+// cells of the CI set, about 7 minutes of CI's; CELERIAC_CANVAS_CELLS
 // selects cells),
 // CELERIAC_CANVAS_SEED (default 25) reproduces them. Prints the CANVAS
 // line .ci/test greps.
 func TestCanvasDifferential(t *testing.T) {
-	seed, count := uint64(25), 30
+	seed, count := uint64(25), 50
 	if s, err := strconv.ParseUint(os.Getenv("CELERIAC_CANVAS_SEED"), 10, 64); err == nil {
 		seed = s
 	}
