@@ -295,11 +295,16 @@ func FuzzParseURLs(f *testing.F) {
 	f.Add("amqps://u:secret@h:99999/")
 	f.Add("amqps://::/:secret@")        // found by CI's fuzzing: the "password" is in the vhost
 	f.Add("amqp://u:se/cret@h:5672/vh") // an unescaped "/" puts half the password in the port
+	f.Add("seCret://:secret@")          // the scheme, not the password, is named
 	f.Fuzz(func(t *testing.T, raw string) {
 		defer fuzzwatch.Watch(t, raw)()
 		urls, err := parseURLs(raw, nil)
 		if err != nil {
-			if strings.Contains(raw, ":secret@") && strings.Contains(err.Error(), "secret") {
+			// Only where "secret" is nowhere else in the input: a scheme
+			// or host spelt "seCret" may be named in the error (CI's
+			// fuzzing found "seCret://:secret@").
+			if strings.Contains(raw, ":secret@") && strings.Count(strings.ToLower(raw), "secret") == 1 &&
+				strings.Contains(err.Error(), "secret") {
 				t.Fatalf("error leaks the password: %v", err)
 			}
 			return
