@@ -85,10 +85,10 @@ func stagedList(prefix, id string, i int) string {
 	return prefix + stagedRegistry + "." + id + "." + strconv.Itoa(i)
 }
 
-// staging returns the staging list of a source list, registering the
-// source the first time (and beating at once, so that a sweeper knows the
+// staging returns the index of a source list's staging list, registering
+// the source the first time (and beating at once, so that a sweeper knows the
 // list before anything is staged in it).
-func (s *stager) staging(ctx context.Context, src string) (string, int, error) {
+func (s *stager) staging(ctx context.Context, src string) (int, error) {
 	s.mu.Lock()
 	i, ok := s.index[src]
 	if !ok {
@@ -99,10 +99,10 @@ func (s *stager) staging(ctx context.Context, src string) (string, int, error) {
 	s.mu.Unlock()
 	if !ok {
 		if err := s.beat(ctx); err != nil {
-			return "", 0, err
+			return 0, err
 		}
 	}
-	return stagedList(s.t.keys.prefix, s.id, i), i, nil
+	return i, nil
 }
 
 // beat writes the consumer's registry entry.
@@ -231,7 +231,7 @@ func (s *stager) pop(qs []quota, wait time.Duration, stop <-chan struct{}) ([]po
 		lenCmd []*goredis.IntCmd
 	)
 	for _, st := range steps {
-		_, i, err := s.staging(ctx, st.src)
+		i, err := s.staging(ctx, st.src)
 		if err != nil {
 			return nil, err
 		}
@@ -273,9 +273,14 @@ func (s *stager) pop(qs []quota, wait time.Duration, stop <-chan struct{}) ([]po
 	})
 	s.watching = true
 	if err == nil || errors.Is(err, goredis.Nil) {
-		// Nil is an empty list's LMOVE; any other error is on the
-		// commands that must not fail.
+		// Nil is an empty list's LMOVE; any other error (a key that is
+		// not a list, say) fails the round rather than pass for empty.
 		err = nil
+		for _, m := range moves {
+			if e := m.cmd.Err(); !errors.Is(e, goredis.Nil) {
+				err = cmp.Or(err, e)
+			}
+		}
 		for _, c := range lenCmd {
 			err = cmp.Or(err, c.Err())
 		}
