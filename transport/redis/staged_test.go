@@ -104,16 +104,8 @@ func TestStagedSweepPutsBackADeadConsumersMessages(t *testing.T) {
 	ctx := context.Background()
 	src := e.key("rt_q")
 	e.push("rt_q", 0, pyEnvelope(newTag(), "rt_q", 0, 9)) // behind the staged ones
-	stage := func(id string, at time.Time, is ...int) {
-		b, _ := json.Marshal(stagedBeat{At: at.UnixMilli(), Lists: []string{src}})
-		e.raw.HSet(ctx, e.key(stagedRegistry), id, b)
-		for _, i := range is {
-			// As LMOVE RIGHT LEFT leaves them: the newest on the left.
-			e.raw.LPush(ctx, stagedList(e.prefix, id, 0), pyEnvelope(newTag(), "rt_q", 0, i))
-		}
-	}
-	stage("dead", time.Now().Add(-2*time.Minute), 1, 2, 3)
-	stage("alive", time.Now(), 7)
+	e.stage("dead", time.Now().Add(-2*time.Minute), 1, 2, 3)
+	e.stage("alive", time.Now(), 7)
 	n, err := tr.SweepStaged(ctx)
 	if err != nil || n != 3 {
 		t.Fatalf("SweepStaged = %d, %v; want 3", n, err)
@@ -196,11 +188,7 @@ func TestStagedRoundLosesToASweep(t *testing.T) {
 func TestStagedDeadConsumerIsSweptByAnother(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	b, _ := json.Marshal(stagedBeat{At: time.Now().UnixMilli(), Lists: []string{e.key("rt_q")}})
-	e.raw.HSet(ctx, e.key(stagedRegistry), "crashed", b)
-	for i := range 3 {
-		e.raw.LPush(ctx, stagedList(e.prefix, "crashed", 0), pyEnvelope(newTag(), "rt_q", 0, i))
-	}
+	e.stage("crashed", time.Now(), 0, 1, 2)
 	cfg := e.config()
 	cfg.StagedPop = true
 	cfg.StagedLease = 600 * time.Millisecond
@@ -234,5 +222,22 @@ func TestStagedStopLeavesNothing(t *testing.T) {
 	ks, _ := e.raw.Keys(ctx, e.key(stagedRegistry)+"*").Result()
 	if len(ks) != 0 {
 		t.Fatalf("keys left after Stop: %q", ks)
+	}
+}
+
+// stage leaves what a staged consumer id that beat at at and then died
+// would: its registry entry (one source list, rt_q) and messages is in its
+// staging list, as LMOVE RIGHT LEFT leaves them (the newest on the left).
+func (e *env) stage(id string, at time.Time, is ...int) {
+	e.t.Helper()
+	ctx := context.Background()
+	b, _ := json.Marshal(stagedBeat{At: at.UnixMilli(), Lists: []string{e.key("rt_q")}})
+	if err := e.raw.HSet(ctx, e.key(stagedRegistry), id, b).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	for _, i := range is {
+		if err := e.raw.LPush(ctx, stagedList(e.prefix, id, 0), pyEnvelope(newTag(), "rt_q", 0, i)).Err(); err != nil {
+			e.t.Fatal(err)
+		}
 	}
 }
