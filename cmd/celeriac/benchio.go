@@ -59,7 +59,9 @@ or with --broker amqp from RabbitMQ (throughput, queue wait and end to end
 p50/p99/p99.9, CPU per task, peak RSS, the broker's CPU per task), then takes Poisson arrivals at --loads fractions
 of the throughput it showed, for --load-for each (end to end p50/p99).
 With --results every worker stores results in Redis, and each open-loop
-task is awaited by the Go client's AsyncResult.Get: publish to result as a
+task is awaited, from its publish, by the Go client's AsyncResult.Get or,
+for up to --python-callers of the arrivals a second, by a Python client's
+AsyncResult.get() (a thread per call in flight): publish to result as a
 caller sees it.
 Tasks are published by celeriac's client; the database --redis-db must be
 empty and is emptied at the end (on RabbitMQ, the queue bench_io must hold
@@ -169,6 +171,7 @@ no message, and is deleted at the end).`,
 	fl.StringVar(&loads, "loads", "0.25,0.5,0.9", "open-loop arrival rates, as fractions of each worker's throughput")
 	fl.DurationVar(&o.LoadFor, "load-for", 20*time.Second, "arrivals per load level")
 	fl.StringVar(&out, "out", "", "write the report here instead of stdout")
-	fl.BoolVar(&o.Results, "results", false, "store results in Redis and await each open-loop task with the Go client's Get (publish to result latency)")
+	fl.BoolVar(&o.Results, "results", false, "store results in Redis and await each open-loop task with the Go client's Get or, for up to --python-callers of them a second, Python's AsyncResult.get() (publish to result latency)")
+	fl.Float64Var(&o.PythonCallers, "python-callers", 100, "with --results, the most open-loop arrivals a second a Python client publishes and awaits with AsyncResult.get() (negative: none)")
 	return cmd
 }

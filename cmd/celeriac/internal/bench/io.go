@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html"
@@ -150,6 +151,14 @@ type IOOptions struct {
 	// database RedisDB, the broker's on Redis), and each open-loop task is awaited with the Go
 	// client's Get, which measures publish to result as a caller sees it.
 	Results bool
+	// PythonCallers is, with Results, the most open-loop arrivals a second
+	// that a Python client publishes and awaits with Celery's
+	// AsyncResult.get() (a thread per call in flight), beside the Go
+	// client's share of the same Poisson rate (default 100; negative:
+	// none). A Python client cannot publish and await thousands of tasks a
+	// second on the benchmark's cores, so at higher rates it samples them:
+	// Poisson arrivals see the same latencies as the rest.
+	PythonCallers float64
 	// PostgresURL, when set, makes every task also INSERT a row into
 	// PostgreSQL (the table bench_io_rows of the database celeriac_bench
 	// on that server), as a task that records what it fetched would.
@@ -200,6 +209,9 @@ func (o *IOOptions) defaults() {
 	if len(o.FleetProcesses) == 0 {
 		o.FleetProcesses = []int{1, 2, 4}
 	}
+	if o.PythonCallers == 0 {
+		o.PythonCallers = 100
+	}
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
@@ -231,9 +243,16 @@ type IOLoad struct {
 	Rate     float64 // arrivals/s
 	N        int
 	E2E      Percentiles
-	// Result is publish to AsyncResult.Get's return, with IOOptions.Results.
+	// Result is publish to the Go client's AsyncResult.Get's return, with
+	// IOOptions.Results, of the GoN arrivals the Go client published.
 	Result Percentiles
-	Err    string
+	GoN    int
+	// PyResult is publish to Python's AsyncResult.get()'s return, of the
+	// PyN arrivals the Python client published (IOOptions.PythonCallers).
+	PyResult Percentiles
+	PyN      int
+	PyLate   time.Duration // how late the Python client's latest call started
+	Err      string
 }
 
 // IOFleet is a fleet run: Processes processes of one worker draining N
@@ -318,7 +337,12 @@ func newIOServer(o *IOOptions) (*ioServer, error) {
 }
 
 func (s *ioServer) url(run string, i int, published time.Time) string {
-	return fmt.Sprintf("http://%s/io?r=%s&i=%d&p=%d", s.ln.Addr(), run, i, published.UnixNano())
+	return fmt.Sprintf("%s&i=%d&p=%d", s.prefix(run), i, published.UnixNano())
+}
+
+// prefix is the URL of run's tasks up to their number.
+func (s *ioServer) prefix(run string) string {
+	return fmt.Sprintf("http://%s/io?r=%s", s.ln.Addr(), run)
 }
 
 func (s *ioServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -464,6 +488,13 @@ func runIO(ctx context.Context, o *IOOptions, rep *IOReport) ([]IOResult, []IOFl
 	}
 	defer os.RemoveAll(pyDir)
 	if err := os.WriteFile(filepath.Join(pyDir, "benchio.py"), []byte(benchIOApp), 0o644); err != nil {
+		return nil, nil, err
+	}
+	caller, err := pythonFiles.ReadFile("python/iocaller.py")
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := os.WriteFile(filepath.Join(pyDir, "iocaller.py"), caller, 0o644); err != nil {
 		return nil, nil, err
 	}
 	rep.Machine = ioMachine(ctx, o, broker)
@@ -891,14 +922,36 @@ func (e *ioEnv) runWorker(ctx context.Context, w IOWorker) (res IOResult) {
 	rng := rand.New(rand.NewPCG(o.Seed, uint64(w.Concurrency)))
 	for li, f := range o.Loads {
 		l := IOLoad{Fraction: f, Rate: f * res.Throughput}
-		l.N = max(1, int(l.Rate*o.LoadFor.Seconds()))
 		run := fmt.Sprintf("load%d", li)
 		srv.reset(run)
-		gaps := make([]time.Duration, l.N)
-		for i := range gaps {
-			gaps[i] = time.Duration(rng.ExpFloat64() / l.Rate * float64(time.Second))
+		// With results, a Python client takes up to PythonCallers of the
+		// arrivals a second and the Go client the rest: two independent
+		// Poisson streams, which together are one at l.Rate.
+		pyRate := 0.0
+		if o.Results && o.PythonCallers > 0 {
+			pyRate = min(l.Rate, o.PythonCallers)
 		}
-		got, err := e.publish(ctx, run, l.N, gaps, o.Results)
+		l.GoN = int((l.Rate - pyRate) * o.LoadFor.Seconds())
+		l.PyN = int(pyRate * o.LoadFor.Seconds())
+		if l.GoN+l.PyN == 0 {
+			l.GoN = 1
+		}
+		l.N = l.GoN + l.PyN
+		gaps := make([]time.Duration, l.GoN)
+		for i := range gaps {
+			gaps[i] = time.Duration(rng.ExpFloat64() / (l.Rate - pyRate) * float64(time.Second))
+		}
+		var py *pyCaller
+		if l.PyN > 0 {
+			var err error
+			if py, err = e.startCaller(ctx, w, run, l.GoN, l.PyN, pyRate, o.Seed+uint64(li)); err != nil {
+				l.Err = err.Error()
+				res.Loads = append(res.Loads, l)
+				continue
+			}
+			py.begin()
+		}
+		got, err := e.publish(ctx, run, l.GoN, gaps, o.Results)
 		if err != nil {
 			l.Err = err.Error()
 		} else if err := waitCount(srv, l.N, o.Timeout, exited); err != nil {
@@ -911,6 +964,13 @@ func (e *ioEnv) runWorker(ctx context.Context, w IOWorker) (res IOResult) {
 			}
 			l.Result = percentilesOf(rs)
 		}
+		if py != nil {
+			took, late, err := py.wait(o.LoadFor + o.Timeout)
+			if err != nil && l.Err == "" {
+				l.Err = err.Error()
+			}
+			l.PyResult, l.PyLate = percentilesOf(took), late
+		}
 		var e2e []time.Duration
 		for _, h := range srv.hits() {
 			e2e = append(e2e, h.e2e)
@@ -918,8 +978,11 @@ func (e *ioEnv) runWorker(ctx context.Context, w IOWorker) (res IOResult) {
 		l.E2E = percentilesOf(e2e)
 		res.Loads = append(res.Loads, l)
 		fmt.Fprintf(o.Log, "bench io: %s: %.0f%% load (%.0f/s): e2e p50 %v p99 %v", w, 100*f, l.Rate, l.E2E.P50, l.E2E.P99)
-		if o.Results {
+		if o.Results && l.GoN > 0 {
 			fmt.Fprintf(o.Log, ", result p50 %v p99 %v", l.Result.P50, l.Result.P99)
+		}
+		if l.PyN > 0 {
+			fmt.Fprintf(o.Log, ", Python get (%d) p50 %v p99 %v, latest start %v late", l.PyN, l.PyResult.P50, l.PyResult.P99, l.PyLate)
 		}
 		fmt.Fprintln(o.Log)
 		waitIdle(ctx, e.broker, 30*time.Second)
@@ -992,6 +1055,106 @@ func publishTasks(ctx context.Context, pub *client.Client, srv *ioServer, run st
 	}
 	wg.Wait()
 	return rw, first
+}
+
+// callerThreads are the Python client's threads: calls in flight at once.
+const callerThreads = 64
+
+// pyCaller is the Python client of one open-loop level (iocaller.py).
+type pyCaller struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string // stdout, line by line; closed at its end
+	out   *tailBuffer // stderr
+}
+
+// startCaller starts the Python client for n arrivals a second at rate,
+// numbered from first on run, with w's Celery, and waits until its threads
+// are connected.
+func (e *ioEnv) startCaller(ctx context.Context, w IOWorker, run string, first, n int, rate float64, seed uint64) (*pyCaller, error) {
+	cmd := exec.CommandContext(ctx, e.o.Python, "iocaller.py", e.srv.prefix(run), strconv.Itoa(first), strconv.Itoa(n),
+		strconv.FormatFloat(rate, 'f', -1, 64), strconv.FormatUint(seed, 10), strconv.Itoa(callerThreads))
+	cmd.Dir = e.pyDir
+	path := e.pyDir
+	if pp := e.o.pythonPath(w); pp != "" {
+		path = pp + string(os.PathListSeparator) + e.pyDir
+	}
+	cmd.Env = append(childEnv(), "PYTHONPATH="+path, "BENCH_BROKER="+e.brokerURL, "BENCH_BACKEND="+e.resultURL, "PYTHONDONTWRITEBYTECODE=1")
+	c := &pyCaller{cmd: cmd, lines: make(chan string, 4), out: &tailBuffer{max: 8 << 10}}
+	cmd.Stderr = c.out
+	var err error
+	if c.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		defer close(c.lines)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(nil, 64<<20) // the JSON of every latency
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+	}()
+	select {
+	case l, ok := <-c.lines:
+		if ok && l == "ready" {
+			return c, nil
+		}
+		c.kill()
+		return nil, fmt.Errorf("python caller: %q\n%s", l, c.out.String())
+	case <-time.After(time.Minute):
+		c.kill()
+		return nil, fmt.Errorf("python caller not ready within a minute\n%s", c.out.String())
+	}
+}
+
+// begin starts the client's schedule.
+func (c *pyCaller) begin() { _, _ = io.WriteString(c.stdin, "go\n") }
+
+func (c *pyCaller) kill() {
+	_ = c.cmd.Process.Kill()
+	_ = c.cmd.Wait()
+}
+
+// wait returns the client's latencies (publish to get()'s return) and how
+// late its latest call started; an error when some calls failed, or when
+// it has not reported within limit.
+func (c *pyCaller) wait(limit time.Duration) ([]time.Duration, time.Duration, error) {
+	var rep struct {
+		Took   []float64 `json:"took"`
+		Failed int       `json:"failed"`
+		Errors []string  `json:"errors"`
+		Late   float64   `json:"late_ms"`
+	}
+	select {
+	case l, ok := <-c.lines:
+		if !ok {
+			_ = c.cmd.Wait()
+			return nil, 0, fmt.Errorf("python caller ended without a report\n%s", c.out.String())
+		}
+		_ = c.cmd.Wait()
+		if err := json.Unmarshal([]byte(l), &rep); err != nil {
+			return nil, 0, fmt.Errorf("python caller: %w", err)
+		}
+	case <-time.After(limit):
+		c.kill()
+		return nil, 0, fmt.Errorf("python caller did not report within %v", limit)
+	}
+	took := make([]time.Duration, len(rep.Took))
+	for i, ms := range rep.Took {
+		took[i] = time.Duration(ms * float64(time.Millisecond))
+	}
+	late := time.Duration(rep.Late * float64(time.Millisecond))
+	if rep.Failed > 0 {
+		return took, late, fmt.Errorf("%d Python get() calls failed, e.g. %v", rep.Failed, rep.Errors)
+	}
+	return took, late, nil
 }
 
 // resultWaits are the Gets of one open-loop level.
@@ -1276,6 +1439,9 @@ func WriteIOReport(w io.Writer, rep IOReport) {
 	fmt.Fprintf(w, "\nOpen loop: Poisson arrivals for %v at each fraction of the worker's own throughput above; end to end p50 / p99 ms", o.LoadFor)
 	if o.Results {
 		fmt.Fprint(w, "; result: publish to the return of the Go client's AsyncResult.Get, p50 / p99 ms")
+		if o.PythonCallers > 0 {
+			fmt.Fprintf(w, "; Python get: publish (send_task) to the return of Python Celery's AsyncResult.get(), p50 / p99 ms, of up to %.0f of the arrivals a second, which a Python client publishes and awaits with a thread per call in flight (the Go client publishes the rest; the number of calls in brackets)", o.PythonCallers)
+		}
 	}
 	fmt.Fprint(w, ".\n\n")
 	fmt.Fprint(w, "| worker |")
@@ -1300,8 +1466,11 @@ func WriteIOReport(w io.Writer, rep IOReport) {
 				continue
 			}
 			fmt.Fprintf(w, " %.0f/s: %s / %s", l.Rate, ms(l.E2E.P50), ms(l.E2E.P99))
-			if o.Results {
+			if o.Results && l.GoN > 0 {
 				fmt.Fprintf(w, "; result %s / %s", ms(l.Result.P50), ms(l.Result.P99))
+			}
+			if l.PyN > 0 {
+				fmt.Fprintf(w, "; Python get %s / %s (%d)", ms(l.PyResult.P50), ms(l.PyResult.P99), l.PyN)
 			}
 			fmt.Fprint(w, " |")
 		}

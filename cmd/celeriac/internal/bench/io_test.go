@@ -74,16 +74,40 @@ func TestWriteIOReport(t *testing.T) {
 }
 
 func TestWriteIOReportResults(t *testing.T) {
-	var b bytes.Buffer
-	WriteIOReport(&b, IOReport{Options: IOOptions{N: 10, Loads: []float64{0.5}, Results: true}, Results: []IOResult{
-		{Worker: IOWorker{Kind: "threads", Concurrency: 100}, N: 10, Throughput: 300, Loads: []IOLoad{{Fraction: 0.5, Rate: 150,
-			E2E: Percentiles{P50: 52 * time.Millisecond, P99: 60 * time.Millisecond}, Result: Percentiles{P50: 54 * time.Millisecond, P99: 70 * time.Millisecond}}}},
-	}})
-	out := b.String()
-	for _, want := range []string{"| Python threads -c 100 | 150/s: 52.0 / 60.0; result 54.0 / 70.0 |", "AsyncResult.Get"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("report lacks %q:\n%s", want, out)
-		}
+	for _, tc := range []struct {
+		name string
+		load IOLoad
+		want []string
+		not  []string
+	}{
+		{"go only", IOLoad{Fraction: 0.5, Rate: 150, GoN: 3000, E2E: Percentiles{P50: 52 * time.Millisecond, P99: 60 * time.Millisecond},
+			Result: Percentiles{P50: 54 * time.Millisecond, P99: 70 * time.Millisecond}},
+			[]string{"| Python threads -c 100 | 150/s: 52.0 / 60.0; result 54.0 / 70.0 |", "AsyncResult.Get"}, []string{"Python get 0"}},
+		{"both clients", IOLoad{Fraction: 0.5, Rate: 150, GoN: 1000, PyN: 2000, E2E: Percentiles{P50: 52 * time.Millisecond, P99: 60 * time.Millisecond},
+			Result: Percentiles{P50: 54 * time.Millisecond, P99: 70 * time.Millisecond}, PyResult: Percentiles{P50: 55 * time.Millisecond, P99: 90 * time.Millisecond}},
+			[]string{"| 150/s: 52.0 / 60.0; result 54.0 / 70.0; Python get 55.0 / 90.0 (2000) |", "AsyncResult.get()", "up to 100 of the arrivals"}, nil},
+		// Every arrival was the Python client's: no Go result to show.
+		{"python only", IOLoad{Fraction: 0.5, Rate: 50, PyN: 1000, E2E: Percentiles{P50: 52 * time.Millisecond, P99: 60 * time.Millisecond},
+			PyResult: Percentiles{P50: 55 * time.Millisecond, P99: 90 * time.Millisecond}},
+			[]string{"| 50/s: 52.0 / 60.0; Python get 55.0 / 90.0 (1000) |"}, []string{"result 0.0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			WriteIOReport(&b, IOReport{Options: IOOptions{N: 10, Loads: []float64{0.5}, Results: true}, Results: []IOResult{
+				{Worker: IOWorker{Kind: "threads", Concurrency: 100}, N: 10, Throughput: 300, Loads: []IOLoad{tc.load}},
+			}})
+			out := b.String()
+			for _, want := range tc.want {
+				if !strings.Contains(out, want) {
+					t.Errorf("report lacks %q:\n%s", want, out)
+				}
+			}
+			for _, not := range tc.not {
+				if strings.Contains(out, not) {
+					t.Errorf("report has %q:\n%s", not, out)
+				}
+			}
+		})
 	}
 }
 
