@@ -214,7 +214,7 @@ file of Celery settings (--config), in that order.`,
 	wcmd := newWorkerCmd(g, mux)
 	root.AddCommand(wcmd, newSendCmd(g), newInspectCmd(g), newControlCmd(g),
 		newStatusCmd(g), newDLQCmd(g), newPurgeCmd(g), newDashboardCmd(g), newBeatCmd(g),
-		newResultCmd(g), newReportCmd(g, mux), newVersionCmd(), newEventsCmd(g), newMultiCmd(g))
+		newResultCmd(g), newReportCmd(g, mux), newVersionCmd(), newEventsCmd(g), newMultiCmd(g), newStagedCmd(g))
 	root.AddCommand(o.commands...)
 	applyDefaults(o, root, wcmd, g)
 	return root, g

@@ -172,6 +172,6 @@ no message, and is deleted at the end).`,
 	fl.DurationVar(&o.LoadFor, "load-for", 20*time.Second, "arrivals per load level")
 	fl.StringVar(&out, "out", "", "write the report here instead of stdout")
 	fl.BoolVar(&o.Results, "results", false, "store results in Redis and await each open-loop task with the Go client's Get or, for up to --python-callers of them a second, Python's AsyncResult.get() (publish to result latency)")
-	fl.Float64Var(&o.PythonCallers, "python-callers", 100, "with --results, the most open-loop arrivals a second a Python client publishes and awaits with AsyncResult.get() (negative: none)")
+	fl.Float64Var(&o.PythonCallers, "python-callers", 50, "with --results, the most open-loop arrivals a second a Python client publishes and awaits with AsyncResult.get() (negative: none)")
 	return cmd
 }

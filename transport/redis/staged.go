@@ -583,6 +583,12 @@ func (t *Transport) SweepStaged(ctx context.Context) (int, error) {
 	return total, errors.Join(errs...)
 }
 
+// StagedLen is the package's StagedLen on this transport's Redis and key
+// prefix.
+func (t *Transport) StagedLen(ctx context.Context) (int64, error) {
+	return StagedLen(ctx, t.rdb, t.keys.prefix)
+}
+
 // stagedHeartbeat beats for every staged consumer and sweeps the dead.
 func (t *Transport) stagedHeartbeat() {
 	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.StagedLease/2)

@@ -154,7 +154,7 @@ type IOOptions struct {
 	// PythonCallers is, with Results, the most open-loop arrivals a second
 	// that a Python client publishes and awaits with Celery's
 	// AsyncResult.get() (a thread per call in flight), beside the Go
-	// client's share of the same Poisson rate (default 100; negative:
+	// client's share of the same Poisson rate (default 50; negative:
 	// none). A Python client cannot publish and await thousands of tasks a
 	// second on the benchmark's cores, so at higher rates it samples them:
 	// Poisson arrivals see the same latencies as the rest.
@@ -210,7 +210,7 @@ func (o *IOOptions) defaults() {
 		o.FleetProcesses = []int{1, 2, 4}
 	}
 	if o.PythonCallers == 0 {
-		o.PythonCallers = 100
+		o.PythonCallers = 50
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
@@ -394,12 +394,17 @@ func (s *ioServer) count() int {
 	return len(s.got)
 }
 
-func (s *ioServer) hits() []ioHit {
+func (s *ioServer) hits() []ioHit { return s.hitsBelow(math.MaxInt) }
+
+// hitsBelow are the current run's hits of the tasks numbered below n.
+func (s *ioServer) hitsBelow(n int) []ioHit {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]ioHit, 0, len(s.got))
-	for _, h := range s.got {
-		out = append(out, h)
+	out := make([]ioHit, 0, min(n, len(s.got)))
+	for i, h := range s.got {
+		if i < n {
+			out = append(out, h)
+		}
 	}
 	return out
 }
@@ -971,8 +976,16 @@ func (e *ioEnv) runWorker(ctx context.Context, w IOWorker) (res IOResult) {
 			}
 			l.PyResult, l.PyLate = percentilesOf(took), late
 		}
+		// End to end of the Go client's tasks only, when there are any: the
+		// Python client takes its clock in a thread that may then wait for
+		// the GIL before it publishes, which is its caller's latency
+		// (PyResult), not the worker's.
+		below := l.N
+		if l.GoN > 0 {
+			below = l.GoN
+		}
 		var e2e []time.Duration
-		for _, h := range srv.hits() {
+		for _, h := range srv.hitsBelow(below) {
 			e2e = append(e2e, h.e2e)
 		}
 		l.E2E = percentilesOf(e2e)
@@ -1058,7 +1071,7 @@ func publishTasks(ctx context.Context, pub *client.Client, srv *ioServer, run st
 }
 
 // callerThreads are the Python client's threads: calls in flight at once.
-const callerThreads = 64
+const callerThreads = 32
 
 // pyCaller is the Python client of one open-loop level (iocaller.py).
 type pyCaller struct {
@@ -1437,6 +1450,9 @@ func WriteIOReport(w io.Writer, rep IOReport) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "\nOpen loop: Poisson arrivals for %v at each fraction of the worker's own throughput above; end to end p50 / p99 ms", o.LoadFor)
+	if o.Results && o.PythonCallers > 0 {
+		fmt.Fprint(w, " (of the tasks the Go client published, where it published any)")
+	}
 	if o.Results {
 		fmt.Fprint(w, "; result: publish to the return of the Go client's AsyncResult.Get, p50 / p99 ms")
 		if o.PythonCallers > 0 {
