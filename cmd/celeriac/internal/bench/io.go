@@ -1578,14 +1578,19 @@ func WriteIOPlot(w io.Writer, rep IOReport) {
 	fmt.Fprintf(w, `<text x="%.0f" y="%d" text-anchor="middle">offered load, tasks/s (Poisson arrivals)</text>`+"\n", float64(left)+pw/2, height-12)
 	colors := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"}
 	for i, ps := range lines {
+		// Past the palette, the colours come round again dashed, so that
+		// no two lines look alike.
 		c := colors[i%len(colors)]
+		if (i/len(colors))%2 == 1 {
+			c += `" stroke-dasharray="6 3`
+		}
 		var pts []string
 		for _, p := range ps {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", sx(p.x), sy(p.y)))
 		}
 		fmt.Fprintf(w, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", c, strings.Join(pts, " "))
 		for _, p := range ps {
-			fmt.Fprintf(w, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", sx(p.x), sy(p.y), c)
+			fmt.Fprintf(w, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", sx(p.x), sy(p.y), colors[i%len(colors)])
 		}
 		ly := top + 10 + 18*i
 		fmt.Fprintf(w, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/><text x="%d" y="%d">%s</text>`+"\n",

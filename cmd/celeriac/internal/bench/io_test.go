@@ -180,6 +180,20 @@ func TestWriteIOPlot(t *testing.T) {
 			t.Errorf("plot lacks %q", want)
 		}
 	}
+	// Twelve workers: the two past the ten colours are dashed.
+	var many IOReport
+	for i := range 12 {
+		many.Results = append(many.Results, IOResult{Worker: IOWorker{Kind: "celeriac", Concurrency: i + 1},
+			Loads: []IOLoad{{Rate: 100, E2E: Percentiles{P99: 60 * time.Millisecond}}}})
+	}
+	var mb bytes.Buffer
+	WriteIOPlot(&mb, many)
+	if got := strings.Count(mb.String(), `stroke-dasharray="6 3"`); got != 4 {
+		t.Errorf("%d dashed strokes, want 4 (two lines and their legend keys)", got)
+	}
+	if strings.Contains(mb.String(), `fill="#1f77b4" stroke-dasharray`) {
+		t.Errorf("a point got the dash")
+	}
 	var empty bytes.Buffer
 	WriteIOPlot(&empty, IOReport{})
 	if !strings.Contains(empty.String(), "no open-loop level completed") {
