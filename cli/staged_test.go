@@ -27,8 +27,12 @@ func TestStagedSweep(t *testing.T) {
 	rdb := goredis.NewClient(opt)
 	defer rdb.Close()
 
-	const registry = "_celeriac.staging"
-	q := "staged-sweep-" + randHex(6)
+	// A key prefix of the test's own: a sweep reads every consumer the
+	// registry names, and other packages' staged tests share this Redis.
+	prefix := "staged-sweep-" + randHex(6) + ":"
+	cfg := writeConfig(t, fmt.Sprintf(`{"broker_url": %q, "broker_transport_options": {"global_keyprefix": %q}}`, url, prefix))
+	registry := prefix + "_celeriac.staging"
+	q := prefix + "q"
 	dead, live := "dead-"+randHex(6), "live-"+randHex(6)
 	list := func(id string) string { return registry + "." + id + ".0" }
 	t.Cleanup(func() {
@@ -48,7 +52,7 @@ func TestStagedSweep(t *testing.T) {
 	must(rdb.RPush(ctx, list(live), "m3").Err())
 	must(rdb.HSet(ctx, registry, live, beat(time.Now())).Err())
 
-	out := mustCLI(t, "-b", url, "staged", "sweep")
+	out := mustCLI(t, "--config", cfg, "staged", "sweep")
 	for _, want := range []string{"put back 2 staged messages of stopped workers", "1 message still staged by workers that beat within the last 60 s"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -71,7 +75,7 @@ func TestStagedSweep(t *testing.T) {
 	}
 
 	// Nothing left to put back: a second sweep moves nothing.
-	if out := mustCLI(t, "-b", url, "staged", "sweep"); !strings.Contains(out, "put back 0 staged messages") {
+	if out := mustCLI(t, "--config", cfg, "staged", "sweep"); !strings.Contains(out, "put back 0 staged messages") {
 		t.Errorf("second sweep:\n%s", out)
 	}
 }
