@@ -667,15 +667,7 @@ func (e *ioEnv) start(w IOWorker, n int, tag string) (*ioProcs, error) {
 			cmd = exec.Command(o.Python, "-m", "celery", "-A", "benchio", "worker", "-P", w.Kind, "-c", strconv.Itoa(w.Concurrency),
 				"-Q", ioQueue, "-l", "warning", "--without-gossip", "--without-mingle", "--without-heartbeat",
 				"-n", fmt.Sprintf("bench-io-%s-%s-%d@%%h", w.Kind, tag, i))
-			cmd.Dir = e.pyDir
-			path := e.pyDir
-			if pp := o.pythonPath(w); pp != "" {
-				path = pp + string(os.PathListSeparator) + e.pyDir
-			}
-			cmd.Env = append(childEnv(), "PYTHONPATH="+path, "BENCH_BROKER="+e.brokerURL, "PYTHONDONTWRITEBYTECODE=1")
-			if o.Results {
-				cmd.Env = append(cmd.Env, "BENCH_BACKEND="+e.resultURL)
-			}
+			e.python(cmd, w)
 			if e.rows != nil {
 				cmd.Env = append(cmd.Env, "BENCH_PG="+e.rows.url, "BENCH_PG_CONNS="+strconv.Itoa(min(w.Concurrency, maxPGConns)))
 			}
@@ -943,8 +935,10 @@ func (e *ioEnv) runWorker(ctx context.Context, w IOWorker) (res IOResult) {
 		}
 		l.N = l.GoN + l.PyN
 		gaps := make([]time.Duration, l.GoN)
-		for i := range gaps {
-			gaps[i] = time.Duration(rng.ExpFloat64() / (l.Rate - pyRate) * float64(time.Second))
+		if goRate := l.Rate - pyRate; goRate > 0 { // else the one forced arrival goes at once
+			for i := range gaps {
+				gaps[i] = time.Duration(rng.ExpFloat64() / goRate * float64(time.Second))
+			}
 		}
 		var py *pyCaller
 		if l.PyN > 0 {
@@ -1081,18 +1075,28 @@ type pyCaller struct {
 	out   *tailBuffer // stderr
 }
 
+// python makes cmd a Python process of the benchmark's app, on w's
+// Celery: run in the app's folder, with its broker, and its result backend
+// when results are on.
+func (e *ioEnv) python(cmd *exec.Cmd, w IOWorker) {
+	cmd.Dir = e.pyDir
+	path := e.pyDir
+	if pp := e.o.pythonPath(w); pp != "" {
+		path = pp + string(os.PathListSeparator) + e.pyDir
+	}
+	cmd.Env = append(childEnv(), "PYTHONPATH="+path, "BENCH_BROKER="+e.brokerURL, "PYTHONDONTWRITEBYTECODE=1")
+	if e.o.Results {
+		cmd.Env = append(cmd.Env, "BENCH_BACKEND="+e.resultURL)
+	}
+}
+
 // startCaller starts the Python client for n arrivals a second at rate,
 // numbered from first on run, with w's Celery, and waits until its threads
 // are connected.
 func (e *ioEnv) startCaller(ctx context.Context, w IOWorker, run string, first, n int, rate float64, seed uint64) (*pyCaller, error) {
 	cmd := exec.CommandContext(ctx, e.o.Python, "iocaller.py", e.srv.prefix(run), strconv.Itoa(first), strconv.Itoa(n),
 		strconv.FormatFloat(rate, 'f', -1, 64), strconv.FormatUint(seed, 10), strconv.Itoa(callerThreads))
-	cmd.Dir = e.pyDir
-	path := e.pyDir
-	if pp := e.o.pythonPath(w); pp != "" {
-		path = pp + string(os.PathListSeparator) + e.pyDir
-	}
-	cmd.Env = append(childEnv(), "PYTHONPATH="+path, "BENCH_BROKER="+e.brokerURL, "BENCH_BACKEND="+e.resultURL, "PYTHONDONTWRITEBYTECODE=1")
+	e.python(cmd, w)
 	c := &pyCaller{cmd: cmd, lines: make(chan string, 4), out: &tailBuffer{max: 8 << 10}}
 	cmd.Stderr = c.out
 	var err error
@@ -1580,21 +1584,21 @@ func WriteIOPlot(w io.Writer, rep IOReport) {
 	for i, ps := range lines {
 		// Past the palette, the colours come round again dashed, so that
 		// no two lines look alike.
-		c := colors[i%len(colors)]
+		c, dash := colors[i%len(colors)], ""
 		if (i/len(colors))%2 == 1 {
-			c += `" stroke-dasharray="6 3`
+			dash = ` stroke-dasharray="6 3"`
 		}
 		var pts []string
 		for _, p := range ps {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", sx(p.x), sy(p.y)))
 		}
-		fmt.Fprintf(w, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", c, strings.Join(pts, " "))
+		fmt.Fprintf(w, `<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>`+"\n", c, dash, strings.Join(pts, " "))
 		for _, p := range ps {
-			fmt.Fprintf(w, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", sx(p.x), sy(p.y), colors[i%len(colors)])
+			fmt.Fprintf(w, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", sx(p.x), sy(p.y), c)
 		}
 		ly := top + 10 + 18*i
-		fmt.Fprintf(w, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/><text x="%d" y="%d">%s</text>`+"\n",
-			width-right+12, ly, width-right+32, ly, c, width-right+38, ly+4, html.EscapeString(names[i]))
+		fmt.Fprintf(w, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/><text x="%d" y="%d">%s</text>`+"\n",
+			width-right+12, ly, width-right+32, ly, c, dash, width-right+38, ly+4, html.EscapeString(names[i]))
 	}
 	fmt.Fprintln(w, "</svg>")
 }
